@@ -1,0 +1,159 @@
+"""Config dataclasses that double as ROS parameter declarations.
+
+Every component has one dataclass whose fields carry a description and an
+allowed range (``param(...)``). The same declaration serves three readers:
+the YAML files in ``config/`` (ROS ``--params-file`` layout), the ROS node
+(which declares each field as a parameter with a descriptor), and offline
+tools that load the YAML without ROS.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any, get_type_hints
+
+import yaml
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "config"
+
+
+class ConfigError(ValueError):
+    """A config value is missing, of the wrong type, or out of range."""
+
+
+def param(default: Any, description: str, *, low: float | None = None,
+          high: float | None = None, name: str | None = None,
+          choices: tuple[str, ...] | None = None) -> Any:
+    """A dataclass field with a ROS parameter description and range.
+
+    ``name`` is the ROS parameter name when it differs from the field name
+    (dotted names such as ``camera_to_base.translation``). ``low``/``high``
+    bound scalars and every element of a list.
+    """
+    meta = {"description": description, "low": low, "high": high,
+            "param_name": name, "choices": choices}
+    if isinstance(default, list):
+        return dataclasses.field(default_factory=lambda: list(default), metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfigField:
+    attr: str
+    param_name: str
+    type: type
+    default: Any
+    description: str
+    low: float | None
+    high: float | None
+    choices: tuple[str, ...] | None
+
+
+def config_fields(cls: type) -> list[ConfigField]:
+    hints = get_type_hints(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        hint = hints[f.name]
+        base = getattr(hint, "__origin__", hint)
+        out.append(ConfigField(
+            attr=f.name, param_name=f.metadata.get("param_name") or f.name, type=base,
+            default=default, description=f.metadata.get("description", ""),
+            low=f.metadata.get("low"), high=f.metadata.get("high"),
+            choices=f.metadata.get("choices")))
+    return out
+
+
+def _coerce(field: ConfigField, value: Any) -> Any:
+    where = f"parameter '{field.param_name}'"
+    if field.type is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where} must be a bool, got {value!r}")
+        return value
+    if field.type is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where} must be a string, got {value!r}")
+        if field.choices and value not in field.choices:
+            raise ConfigError(f"{where} must be one of {list(field.choices)}, got {value!r}")
+        return value
+    if field.type is list:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where} must be a list, got {value!r}")
+        elem_type = type(field.default[0]) if field.default else float
+        items = [_check_number(where, elem_type, v, field) for v in value]
+        if field.default and len(items) != len(field.default):
+            raise ConfigError(f"{where} must have {len(field.default)} elements, got {len(items)}")
+        return items
+    return _check_number(where, field.type, value, field)
+
+
+def _check_number(where: str, kind: type, value: Any, field: ConfigField) -> Any:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{where} must be a number, got {value!r}")
+    if kind is int:
+        if float(value) != int(value):
+            raise ConfigError(f"{where} must be an integer, got {value!r}")
+        value = int(value)
+    else:
+        value = float(value)
+        if not math.isfinite(value):
+            raise ConfigError(f"{where} must be finite, got {value!r}")
+    if field.low is not None and value < field.low:
+        raise ConfigError(f"{where} = {value} is below its minimum {field.low}")
+    if field.high is not None and value > field.high:
+        raise ConfigError(f"{where} = {value} is above its maximum {field.high}")
+    return value
+
+
+def config_from_params(cls: type, params: dict[str, Any]) -> Any:
+    """Build ``cls`` from a flat ``{param_name: value}`` dict, checking types and ranges.
+
+    Missing names take the dataclass default; unknown names are an error so a
+    typo in a YAML file never goes unnoticed.
+    """
+    fields = {f.param_name: f for f in config_fields(cls)}
+    unknown = sorted(set(params) - set(fields))
+    if unknown:
+        raise ConfigError(f"unknown parameter(s) for {cls.__name__}: {unknown}")
+    kwargs = {}
+    for name, field in fields.items():
+        kwargs[field.attr] = _coerce(field, params.get(name, field.default))
+    cfg = cls(**kwargs)
+    check = getattr(cfg, "validate", None)
+    if check is not None:
+        try:
+            check()
+        except ConfigError:
+            raise
+        except ValueError as exc:
+            raise ConfigError(f"{cls.__name__}: {exc}") from None
+    return cfg
+
+
+def _flatten(prefix: str, tree: dict[str, Any]) -> dict[str, Any]:
+    flat = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(_flatten(f"{name}.", value))
+        else:
+            flat[name] = value
+    return flat
+
+
+def load_node_params(path: str | Path, node_name: str) -> dict[str, Any]:
+    """The flat ``ros__parameters`` of ``node_name`` (or ``/**``) in a ROS params file."""
+    with open(path, encoding="utf-8") as fh:
+        doc = yaml.safe_load(fh) or {}
+    for key in (node_name, f"/{node_name}", "/**"):
+        section = doc.get(key)
+        if isinstance(section, dict) and "ros__parameters" in section:
+            return _flatten("", section["ros__parameters"] or {})
+    raise ConfigError(f"{path}: no '{node_name}: ros__parameters:' section")
+
+
+def load_config(cls: type, path: str | Path, node_name: str) -> Any:
+    """Load ``cls`` from the ROS params file ``path`` (section ``node_name``)."""
+    return config_from_params(cls, load_node_params(path, node_name))

@@ -1,0 +1,1 @@
+"""RGB-D perception core: sync buffer, decoding, back-projection, sampling (no rclpy)."""

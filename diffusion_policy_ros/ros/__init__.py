@@ -1,0 +1,1 @@
+"""Thin rclpy adapters: parameters, QoS, message <-> numpy, timers, diagnostics."""

@@ -1,0 +1,207 @@
+"""rgbd_sync_node: Kinect colour + registered depth -> synchronized policy observation.
+
+Thin adapter around ``perception.sync_buffer`` and ``perception.pipeline``:
+subscribes the camera topics, pairs frames by stamp, publishes
+``observation/image`` and ``observation/points`` with the colour stamp,
+``camera/points`` at a lower rate for rviz, and ``/diagnostics``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rclpy.executors import ExternalShutdownException
+from rclpy.node import Node
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import CameraInfo, Image, PointCloud2
+from std_msgs.msg import Header
+
+from diffusion_policy_ros.config import ConfigError
+from diffusion_policy_ros.monitoring import RateMeter, RollingStats, ThrottledReasons
+from diffusion_policy_ros.perception.image_decoding import FrameRejected
+from diffusion_policy_ros.perception.pipeline import RgbdObservationPipeline, RgbdSyncConfig
+from diffusion_policy_ros.perception.sync_buffer import RgbdSyncBuffer
+from diffusion_policy_ros.ros.conversions import (
+    camera_model,
+    ns_to_stamp,
+    raw_image,
+    rgb8_image_msg,
+    stamp_to_ns,
+    xyzrgb_cloud_msg,
+)
+from diffusion_policy_ros.ros.params import declare_config
+
+CAMERA_TOPICS = ("camera/rgb/image_raw", "camera/depth_to_rgb/image_raw", "camera/rgb/camera_info")
+
+
+class RgbdSyncNode(Node):
+    def __init__(self, **kwargs):
+        super().__init__("rgbd_sync_node", **kwargs)
+        self.config: RgbdSyncConfig = declare_config(self, RgbdSyncConfig)
+        cfg = self.config
+        self.pipeline = RgbdObservationPipeline(cfg)
+        self.buffer = RgbdSyncBuffer(cfg.max_skew_s, cfg.max_age_s, cfg.buffer_capacity,
+                                     cfg.clock_jump_s)
+        self.rejects = ThrottledReasons(period_s=2.0)
+        self.rates = {name: RateMeter() for name in ("rgb", "depth", "camera_info", "output")}
+        self.skew_ms = RollingStats()
+        self.process_ms = RollingStats()
+        self.frames_padded = 0
+        self.last_observation = None
+        self._window_drops = 0
+        self._last_cloud_s = 0.0
+        self._qos_warned: set[str] = set()
+
+        reliability = (ReliabilityPolicy.RELIABLE if cfg.sensor_qos_reliability == "reliable"
+                       else ReliabilityPolicy.BEST_EFFORT)
+        self._sensor_qos = QoSProfile(depth=5, reliability=reliability)
+        self.create_subscription(Image, "camera/rgb/image_raw", self._on_color, self._sensor_qos)
+        self.create_subscription(Image, "camera/depth_to_rgb/image_raw", self._on_depth,
+                                 self._sensor_qos)
+        self.create_subscription(CameraInfo, "camera/rgb/camera_info", self._on_camera_info,
+                                 self._sensor_qos)
+        self.image_pub = self.create_publisher(Image, "observation/image", QoSProfile(depth=2))
+        self.points_pub = self.create_publisher(PointCloud2, "observation/points",
+                                                QoSProfile(depth=2))
+        self.cloud_pub = self.create_publisher(PointCloud2, "camera/points", QoSProfile(depth=1))
+        self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", QoSProfile(depth=10))
+        self.create_timer(cfg.diagnostics_period_s, self._publish_diagnostics)
+        self.get_logger().info(
+            f"rgbd_sync_node ready: {cfg.num_points} points in {cfg.base_frame}, image "
+            f"{cfg.image_size[0]}x{cfg.image_size[1]}, max skew {cfg.max_skew_s * 1e3:.1f} ms")
+
+    def _drop(self, reason: str, message: str, warn: bool = False) -> None:
+        self._window_drops += 1
+        if self.rejects.record(reason, time.monotonic()):
+            text = f"dropped frame ({reason}): {message} [{self.rejects.counts[reason]} so far]"
+            if warn:
+                self.get_logger().warning(text)
+            else:
+                self.get_logger().error(text)
+
+    def _on_camera_info(self, msg: CameraInfo) -> None:
+        self.rates["camera_info"].tick(time.monotonic())
+        try:
+            for warning in self.pipeline.set_camera(camera_model(msg)):
+                self.get_logger().warning(warning, once=True)
+        except FrameRejected as exc:
+            self._drop(exc.reason, str(exc))
+
+    def _on_color(self, msg: Image) -> None:
+        self.rates["rgb"].tick(time.monotonic())
+        self._handle_pairs(self.buffer.add_color(stamp_to_ns(msg.header.stamp), msg))
+
+    def _on_depth(self, msg: Image) -> None:
+        self.rates["depth"].tick(time.monotonic())
+        self._handle_pairs(self.buffer.add_depth(stamp_to_ns(msg.header.stamp), msg))
+
+    def _handle_pairs(self, pairs) -> None:
+        for pair in pairs:
+            self.skew_ms.add(pair.skew_ns * 1e-6)
+            try:
+                self._process(pair)
+            except FrameRejected as exc:
+                self._drop(exc.reason, str(exc), warn=exc.reason == "no_camera_info")
+            except Exception as exc:  # noqa: BLE001 - a bad frame must never kill the node
+                self._drop("internal_error", f"{type(exc).__name__}: {exc}")
+
+    def _process(self, pair) -> None:
+        color, depth = raw_image(pair.color), raw_image(pair.depth)
+        obs = self.pipeline.process(color, depth)
+        header = Header(stamp=ns_to_stamp(pair.stamp_ns), frame_id=self.config.base_frame)
+        image_header = Header(stamp=header.stamp, frame_id=pair.color.header.frame_id)
+        self.image_pub.publish(rgb8_image_msg(obs.image_rgb, image_header))
+        self.points_pub.publish(xyzrgb_cloud_msg(obs.points, obs.colors, header))
+        now = time.monotonic()
+        self.rates["output"].tick(now)
+        self.process_ms.add(obs.stage_times_s["total"] * 1e3)
+        self.last_observation = obs
+        if obs.num_padded:
+            self.frames_padded += 1
+        rate = self.config.full_cloud_rate_hz
+        if rate > 0 and now - self._last_cloud_s >= 1.0 / rate and \
+                self.cloud_pub.get_subscription_count() > 0:
+            self._last_cloud_s = now
+            points, colors = self.pipeline.full_cloud(color, depth)
+            self.cloud_pub.publish(xyzrgb_cloud_msg(points, colors, header))
+
+    def _check_qos(self) -> None:
+        """Warn once per topic when a publisher's QoS can never match our subscription."""
+        if self.config.sensor_qos_reliability != "reliable":
+            return
+        for topic in CAMERA_TOPICS:
+            name = self.resolve_topic_name(topic)
+            for info in self.get_publishers_info_by_topic(name):
+                if info.qos_profile.reliability == ReliabilityPolicy.BEST_EFFORT and \
+                        name not in self._qos_warned:
+                    self._qos_warned.add(name)
+                    self.get_logger().warning(
+                        f"{name}: publisher '{info.node_name}' is best-effort and cannot match "
+                        "this reliable subscription; set sensor_qos_reliability:=best_effort "
+                        "(expect frame loss) or make the publisher reliable")
+
+    def _publish_diagnostics(self) -> None:
+        self._check_qos()
+        now = time.monotonic()
+        rates = {name: meter.rate_hz(now) for name, meter in self.rates.items()}
+        status = DiagnosticStatus(name=f"{self.get_name()}: rgbd sync", hardware_id="rgbd_camera")
+        drops = dict(self.buffer.drops) | dict(self.rejects.counts)
+        has_camera = self.pipeline.camera is not None
+        if rates["rgb"] > 0 and rates["output"] == 0 and has_camera:
+            status.level = DiagnosticStatus.ERROR
+            status.message = "frames arrive but none are usable"
+        elif not has_camera:
+            status.level, status.message = DiagnosticStatus.WARN, "waiting for camera_info"
+        elif rates["rgb"] == 0:
+            status.level, status.message = DiagnosticStatus.WARN, "no colour frames"
+        elif self._window_drops or (self.last_observation and self.last_observation.num_padded):
+            status.level, status.message = DiagnosticStatus.WARN, "dropping or padding frames"
+        else:
+            status.level, status.message = DiagnosticStatus.OK, "ok"
+        self._window_drops = 0
+        obs = self.last_observation
+        values = {
+            **{f"{name}_rate_hz": f"{r:.2f}" for name, r in rates.items()},
+            "rgb_frames_total": str(self.rates["rgb"].total),
+            "depth_frames_total": str(self.rates["depth"].total),
+            "camera_info_total": str(self.rates["camera_info"].total),
+            "pairs_total": str(self.buffer.pairs_emitted),
+            "observations_total": str(self.rates["output"].total),
+            "skew_ms_p50": f"{self.skew_ms.percentile(50):.3f}",
+            "skew_ms_p99": f"{self.skew_ms.percentile(99):.3f}",
+            "processing_ms_p50": f"{self.process_ms.percentile(50):.3f}",
+            "processing_ms_p99": f"{self.process_ms.percentile(99):.3f}",
+            "pixel_stride": str(self.pipeline.stride),
+            "frames_padded_total": str(self.frames_padded),
+            "last_valid_points": str(obs.num_valid if obs else 0),
+            "last_padded_points": str(obs.num_padded if obs else 0),
+            "last_invalid_depth_fraction": f"{obs.invalid_depth_fraction:.3f}" if obs else "nan",
+            **{f"drops_{reason}": str(n) for reason, n in sorted(drops.items())},
+        }
+        status.values = [KeyValue(key=k, value=v) for k, v in values.items()]
+        msg = DiagnosticArray(status=[status])
+        msg.header.stamp = self.get_clock().now().to_msg()
+        self.diag_pub.publish(msg)
+
+
+def main(args=None) -> None:
+    rclpy.init(args=args)
+    node = None
+    try:
+        node = RgbdSyncNode()
+        rclpy.spin(node)
+    except ConfigError as exc:
+        print(f"rgbd_sync_node: invalid parameters: {exc}")
+        raise SystemExit(2) from None
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        if node is not None:
+            node.destroy_node()
+        rclpy.try_shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Set up (scripts/setup.sh) and run the whole test suite, lint included.
+# Extra arguments go to pytest, e.g. `scripts/test.sh -m "not slow"` locally.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+bash scripts/setup.sh
+
+# ROS 2 isolation: discovery stays on this machine, each run gets its own
+# domain and a log dir inside build/.
+export ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST
+export ROS_DOMAIN_ID=${ROS_DOMAIN_ID:-$(( $$ % 90 + 10 ))}
+export ROS_LOG_DIR="$root/build/ros_log/run-$(date +%Y%m%d-%H%M%S)-$$"
+export MUJOCO_GL=${MUJOCO_GL:-egl}
+export HF_HUB_OFFLINE=1
+mkdir -p "$ROS_LOG_DIR"
+echo "[test] ROS_DOMAIN_ID=$ROS_DOMAIN_ID ROS_LOG_DIR=$ROS_LOG_DIR"
+
+set +e
+.venv/bin/python -m pytest "$@"
+rc=$?
+set -e
+if [ "$rc" -eq 5 ]; then
+  echo "[test] pytest collected no tests: that is a failure" >&2
+  exit 1
+fi
+exit "$rc"
