@@ -81,6 +81,13 @@ def _coerce(field: ConfigField, value: Any) -> Any:
     if field.type is list:
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{where} must be a list, got {value!r}")
+        if field.default and isinstance(field.default[0], str):
+            if not all(isinstance(v, str) for v in value):
+                raise ConfigError(f"{where} must be a list of strings, got {value!r}")
+            if len(value) != len(field.default):
+                raise ConfigError(f"{where} must have {len(field.default)} elements, "
+                                  f"got {len(value)}")
+            return list(value)
         elem_type = type(field.default[0]) if field.default else float
         items = [_check_number(where, elem_type, v, field) for v in value]
         if field.default and len(items) != len(field.default):

@@ -1,0 +1,189 @@
+"""Reference limiting: the last guard between any chunk stream and the PD law.
+
+``ReferenceLimiter`` is a second-order (position + velocity state) tracking
+filter. Each step it picks the velocity that would put the reference on the
+target *now* (target velocity plus the remaining position error over the
+step, i.e. exact pass-through of a smooth target), but never faster than lets
+it brake onto the target with ``braking_fraction`` of the acceleration limit,
+never faster than ``velocity_limits``, and never so fast towards a position
+limit that it could not stop inside it. It then moves its velocity towards that
+choice by at most ``acceleration_limits * dt``. Consequences, for *any* target
+(jumps, NaN-free garbage, limits exceeded):
+
+* position stays within ``[lower + margin, upper - margin]``,
+* ``|velocity| <= velocity_limits``, ``|acceleration| <= acceleration_limits``
+  (position and velocity are continuous),
+* a target that respects the limits is reproduced exactly (no lag).
+
+``hold`` brakes with ``braking_fraction`` of the acceleration limit and stops
+where it stops. ``GripperRateLimiter`` clamps the opening and limits its rate;
+a first-order limiter cannot overshoot.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+
+def stopping_speed(distance: float, decel: float, dt: float) -> float:
+    """Largest speed from which steps of ``decel * dt`` stop within ``distance``.
+
+    With semi-implicit Euler steps the distance covered while braking from
+    ``w`` is ``w^2 / (2 decel) + w dt / 2``; this inverts it.
+    """
+    if distance <= 0.0:
+        return 0.0
+    half = 0.5 * decel * dt
+    return math.sqrt(half * half + 2.0 * decel * distance) - half
+
+
+class ReferenceLimiter:
+    """Per-joint position/velocity/acceleration-limited reference (plain floats)."""
+
+    __slots__ = ("lower", "upper", "vmax", "amax", "abrake", "position", "velocity",
+                 "acceleration", "n", "saturated")
+
+    def __init__(self, lower: Sequence[float], upper: Sequence[float],
+                 velocity_limits: Sequence[float], acceleration_limits: Sequence[float],
+                 braking_fraction: float):
+        self.n = len(lower)
+        self.lower = [float(x) for x in lower]
+        self.upper = [float(x) for x in upper]
+        self.vmax = [float(x) for x in velocity_limits]
+        self.amax = [float(x) for x in acceleration_limits]
+        self.abrake = [braking_fraction * a for a in self.amax]
+        self.position = [0.0] * self.n
+        self.velocity = [0.0] * self.n
+        self.acceleration = [0.0] * self.n
+        self.saturated = False
+        """Last step changed the requested motion (limit or acceleration bound active)."""
+
+    def reset(self, position: Sequence[float], velocity: Sequence[float] | None = None) -> None:
+        """Start from ``position`` (clamped into limits), ``velocity`` clamped, at rest if None."""
+        self.position = [min(hi, max(lo, float(x)))
+                         for x, lo, hi in zip(position, self.lower, self.upper, strict=True)]
+        if velocity is None:
+            self.velocity = [0.0] * self.n
+        else:
+            self.velocity = [min(vm, max(-vm, float(v)))
+                             for v, vm in zip(velocity, self.vmax, strict=True)]
+        self.acceleration = [0.0] * self.n
+
+    def step(self, dt: float, target_pos: Sequence[float], target_vel: Sequence[float]) -> None:
+        """Advance by ``dt`` (> 0) towards the target state at the end of the step."""
+        pos, vel, acc = self.position, self.velocity, self.acceleration
+        lower, upper, vmax, amax, abrake = self.lower, self.upper, self.vmax, self.amax, self.abrake
+        inv_dt = 1.0 / dt
+        saturated = False
+        for j in range(self.n):
+            x = pos[j]
+            v = vel[j]
+            lo = lower[j]
+            hi = upper[j]
+            p_t = target_pos[j]
+            if p_t > hi:
+                p_t = hi
+            elif p_t < lo:
+                p_t = lo
+            v_t = target_vel[j]
+            ab = abrake[j]
+            # Error left if the reference moved at the target's velocity this step.
+            e = p_t - x - v_t * dt
+            w = e * inv_dt
+            if w > 0.0:
+                w_max = stopping_speed(e, ab, dt)
+                if w > w_max:
+                    w = w_max
+                    saturated = True
+            elif w < 0.0:
+                w_max = stopping_speed(-e, ab, dt)
+                if w < -w_max:
+                    w = -w_max
+                    saturated = True
+            v_des = v_t + w
+            # Speed limit and stopping room in front of the position limits.
+            v_hi = min(vmax[j], stopping_speed(hi - x, ab, dt))
+            v_lo = -min(vmax[j], stopping_speed(x - lo, ab, dt))
+            if v_des > v_hi:
+                v_des = v_hi
+                saturated = True
+            elif v_des < v_lo:
+                v_des = v_lo
+                saturated = True
+            dv_max = amax[j] * dt
+            dv = v_des - v
+            if dv > dv_max:
+                dv = dv_max
+                saturated = True
+            elif dv < -dv_max:
+                dv = -dv_max
+                saturated = True
+            v_new = v + dv
+            x_new = x + v_new * dt
+            if x_new > hi or x_new < lo:
+                # Last resort (should not trigger): stay inside, velocity consistent.
+                x_new = hi if x_new > hi else lo
+                v_new = (x_new - x) * inv_dt
+                saturated = True
+            acc[j] = (v_new - v) * inv_dt
+            vel[j] = v_new
+            pos[j] = x_new
+        self.saturated = saturated
+
+    def hold(self, dt: float) -> bool:
+        """Brake towards rest within the limits; True once every joint is at rest."""
+        pos, vel, acc = self.position, self.velocity, self.acceleration
+        inv_dt = 1.0 / dt
+        at_rest = True
+        for j in range(self.n):
+            v = vel[j]
+            if v == 0.0:
+                acc[j] = 0.0
+                continue
+            dv = self.abrake[j] * dt
+            v_new = 0.0 if abs(v) <= dv else v - math.copysign(dv, v)
+            x_new = pos[j] + v_new * dt
+            lo, hi = self.lower[j], self.upper[j]
+            if x_new > hi or x_new < lo:
+                x_new = hi if x_new > hi else lo
+                v_new = (x_new - pos[j]) * inv_dt
+            acc[j] = (v_new - v) * inv_dt
+            vel[j] = v_new
+            pos[j] = x_new
+            at_rest = at_rest and v_new == 0.0
+        return at_rest
+
+
+class GripperRateLimiter:
+    """Gripper opening clamped to ``[min, max]`` and moved at most ``rate * dt`` per step."""
+
+    __slots__ = ("low", "high", "rate", "opening")
+
+    def __init__(self, low: float, high: float, rate: float):
+        self.low = low
+        self.high = high
+        self.rate = rate
+        self.opening: float | None = None
+
+    def reset(self, opening: float | None) -> None:
+        self.opening = None if opening is None else min(self.high, max(self.low, opening))
+
+    def step(self, dt: float, target: float) -> float:
+        target = min(self.high, max(self.low, target))
+        if self.opening is None:
+            self.opening = target
+            return target
+        step = self.rate * dt
+        delta = target - self.opening
+        if delta > step:
+            delta = step
+        elif delta < -step:
+            delta = -step
+        self.opening = min(self.high, max(self.low, self.opening + delta))
+        return self.opening
+
+
+def saturate(values: Sequence[float], limits: Sequence[float]) -> list[float]:
+    """Clamp each value to ``+-limit``."""
+    return [min(lim, max(-lim, x)) for x, lim in zip(values, limits, strict=True)]

@@ -1,0 +1,251 @@
+"""``PdTracker``: chunk stream in, smooth limited reference and PD efforts out, every tick.
+
+The ROS node is a thin shell around this class: it converts each
+``policy/action_chunk`` message to an ``ActionChunk`` and calls
+``submit_chunk(chunk, now_s)``; on its ``rate_hz`` timer it calls
+``tick(now_s, q, qd, state_stamp_s, gripper_opening_m)`` with the latest
+``joint_states`` (arm joints in ``joint_names`` order) and publishes the
+returned ``TrackerCommand`` when ``command.send`` is true. No clock is read in
+here; every call gets the time. Not thread-safe: call ``submit_chunk`` and
+``tick`` from one thread (in rclpy: one mutually exclusive callback group).
+``diagnostics()`` returns the counters for ``/diagnostics``.
+
+Modes:
+
+* ``holding`` (start-up, after ``chunk_timeout_s`` without an accepted chunk,
+  after a fault): the reference brakes within the limits and stays where it
+  stopped; the arm is held there by the PD law. The next accepted chunk
+  starts from the reference (from the measured state when the arm is farther
+  than ``resume_resync_tolerance`` from it), never from an old chunk's plan.
+* ``tracking``: the reference follows the timeline's target through the
+  ``ReferenceLimiter``.
+* ``fault`` (no joint state, NaN/inf in it, or older than ``state_timeout_s``):
+  zero effort is commanded once, then nothing, and chunks are rejected; when
+  fresh states return, the reference restarts at the measured state, holding.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+from collections.abc import Sequence
+
+from diffusion_policy_ros.control.chunk import ActionChunk, ChunkRejected
+from diffusion_policy_ros.control.limits import GripperRateLimiter, ReferenceLimiter
+from diffusion_policy_ros.control.pd import pd_effort
+from diffusion_policy_ros.control.timeline import (
+    ActionChunkTimeline,
+    ChunkDecision,
+    ReferenceState,
+)
+from diffusion_policy_ros.control.tracker_config import PdTrackerConfig
+
+MAX_STEP_PERIODS = 10
+"""A tick integrates at most this many control periods (a stalled timer catches up smoothly)."""
+
+
+def _floats(values) -> list[float]:
+    if type(values) is list:
+        return values
+    tolist = getattr(values, "tolist", None)
+    return tolist() if tolist is not None else list(values)
+
+
+class TrackerMode(enum.StrEnum):
+    TRACKING = "tracking"
+    HOLDING = "holding"
+    FAULT = "fault"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TrackerCommand:
+    """What to publish after one tick."""
+
+    effort_nm: tuple[float, ...]
+    """Arm efforts in ``joint_names`` order (arm_controller/commands)."""
+    gripper_opening_m: float | None
+    """Gripper command (gripper_controller/commands); None until an opening is known."""
+    q_ref: tuple[float, ...]
+    qd_ref: tuple[float, ...]
+    mode: TrackerMode
+    send: bool
+    """Publish this command. False only in a fault after its single zero-effort command."""
+    fault: str = ""
+    """Why the tracker is in fault ('' otherwise)."""
+
+
+class PdTracker:
+    """Combines ``ActionChunkTimeline``, ``ReferenceLimiter``, gripper limiter and PD law."""
+
+    def __init__(self, config: PdTrackerConfig):
+        config.validate()
+        self.config = config
+        self.timeline = ActionChunkTimeline(config)
+        self.limiter = ReferenceLimiter(config.reference_lower(), config.reference_upper(),
+                                        config.velocity_limits, config.acceleration_limits,
+                                        config.braking_fraction)
+        self.gripper = GripperRateLimiter(config.gripper_min, config.gripper_max,
+                                          config.gripper_rate)
+        self.n = config.num_joints
+        self._kp = [float(x) for x in config.kp]
+        self._kd = [float(x) for x in config.kd]
+        self._effort_limits = [float(x) for x in config.effort_limits]
+        self._inertia_ff = [float(x) for x in config.inertia_feedforward]
+        self._use_inertia_ff = any(self._inertia_ff)
+        self._max_step_s = MAX_STEP_PERIODS / config.rate_hz
+        self.mode = TrackerMode.FAULT
+        self.fault = "no joint_states yet"
+        self._fault_sent = False
+        self._last_tick_s: float | None = None
+        self._q: list[float] | None = None
+        self._qd: list[float] | None = None
+        self.ticks = 0
+        self.faults = 0
+        self.holds = 0
+        self.resyncs = 0
+        self.effort_saturated_ticks = 0
+        self.reference_limited_ticks = 0
+
+    # -- chunks -------------------------------------------------------------------------------
+
+    def submit_chunk(self, chunk: ActionChunk, now_s: float) -> ChunkDecision:
+        """Accept ``chunk`` into the timeline or reject it with a reason (counted)."""
+        tl = self.timeline
+        ready = self.mode is not TrackerMode.FAULT and self._last_tick_s is not None
+        try:
+            valid = tl.check(chunk, now_s, ready)
+        except ChunkRejected as err:
+            return tl.reject(err)
+        lim = self.limiter
+        if self.mode is TrackerMode.HOLDING:
+            tol = self.config.resume_resync_tolerance
+            if any(abs(a - b) > tol for a, b in zip(self._q, lim.position, strict=True)):
+                lim.reset(self._q, self._qd)
+                self.resyncs += 1
+            self.mode = TrackerMode.TRACKING
+        start = ReferenceState(self._last_tick_s, list(lim.position), list(lim.velocity),
+                               list(lim.acceleration))
+        return tl.accept(valid, now_s, start)
+
+    # -- control ------------------------------------------------------------------------------
+
+    def tick(self, now_s: float, q: Sequence[float] | None, qd: Sequence[float] | None,
+             state_stamp_s: float | None, gripper_opening_m: float | None = None,
+             effort_feedforward: Sequence[float] | None = None) -> TrackerCommand:
+        """One control step at ``now_s`` with the latest joint state (arm joints in order).
+
+        ``gripper_opening_m`` (measured) seeds the gripper reference; ``effort_feedforward``
+        (e.g. gravity compensation, N m) is added before saturation.
+        """
+        fault = self._state_fault(now_s, q, qd, state_stamp_s)
+        if fault:
+            return self._fault_tick(now_s, fault)
+        lim = self.limiter
+        if self.mode is TrackerMode.FAULT or self._last_tick_s is None:
+            self._restart(q, qd, gripper_opening_m)
+            dt = 0.0
+        else:
+            dt = now_s - self._last_tick_s
+            if dt < 0.0:
+                # Time went backwards (sim reset, bag loop): drop everything, hold here.
+                self.timeline.reset()
+                self._restart(q, qd, gripper_opening_m)
+                dt = 0.0
+            elif dt > self._max_step_s:
+                dt = self._max_step_s
+        self._last_tick_s = now_s
+        self._q = q = _floats(q)
+        self._qd = qd = _floats(qd)
+        if self.gripper.opening is None and gripper_opening_m is not None:
+            self.gripper.reset(gripper_opening_m)
+        if (self.mode is TrackerMode.TRACKING
+                and now_s - self.timeline.last_arrival_s > self.config.chunk_timeout_s):
+            self.mode = TrackerMode.HOLDING
+            self.timeline.clear()
+            self.holds += 1
+        if dt > 0.0:
+            if self.mode is TrackerMode.TRACKING:
+                target = self.timeline.sample(now_s)
+                lim.step(dt, target[0], target[1])
+                self.gripper.step(dt, target[2])
+                if lim.saturated:
+                    self.reference_limited_ticks += 1
+            else:
+                lim.hold(dt)
+        ff = effort_feedforward
+        if self._use_inertia_ff:
+            base = ff if ff is not None else [0.0] * self.n
+            ff = [f + m * a for f, m, a in zip(base, self._inertia_ff, lim.acceleration,
+                                               strict=True)]
+        effort, saturated = pd_effort(lim.position, lim.velocity, q, qd, self._kp, self._kd,
+                                      self._effort_limits, ff)
+        self.ticks += 1
+        if saturated:
+            self.effort_saturated_ticks += 1
+        return TrackerCommand(tuple(effort), self.gripper.opening, tuple(lim.position),
+                              tuple(lim.velocity), self.mode, True)
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _state_fault(self, now_s, q, qd, stamp) -> str:
+        if q is None or qd is None or stamp is None:
+            return "no joint_states yet"
+        if len(q) != self.n or len(qd) != self.n:
+            raise ValueError(f"expected {self.n} joint positions and velocities, got "
+                             f"{len(q)} and {len(qd)}")
+        age = now_s - stamp
+        if age > self.config.state_timeout_s:
+            return f"joint_states are {age:.3f} s old (state_timeout_s " \
+                   f"{self.config.state_timeout_s})"
+        if not all(map(math.isfinite, q)) or not all(map(math.isfinite, qd)):
+            return "joint_states contain NaN/inf"
+        return ""
+
+    def _fault_tick(self, now_s: float, reason: str) -> TrackerCommand:
+        if self.mode is not TrackerMode.FAULT:
+            self.mode = TrackerMode.FAULT
+            self.faults += 1
+            self._fault_sent = False
+            self.timeline.clear()
+        self.fault = reason
+        send = not self._fault_sent
+        self._fault_sent = True
+        self._last_tick_s = now_s
+        self.ticks += 1
+        lim = self.limiter
+        return TrackerCommand((0.0,) * self.n, self.gripper.opening, tuple(lim.position),
+                              (0.0,) * self.n, TrackerMode.FAULT, send, reason)
+
+    def _restart(self, q, qd, gripper_opening_m) -> None:
+        """Reference at the measured state, holding (start-up, fault recovery, time reset).
+
+        The gripper reference is kept once known (the gripper holds its own position
+        while the arm is in fault), so its command never jumps.
+        """
+        self.limiter.reset(q, qd)
+        if self.gripper.opening is None and gripper_opening_m is not None:
+            self.gripper.reset(gripper_opening_m)
+        self.mode = TrackerMode.HOLDING
+        self.fault = ""
+
+    def diagnostics(self) -> dict:
+        """Counters and state for /diagnostics."""
+        tl = self.timeline
+        return {
+            "mode": self.mode.value,
+            "fault": self.fault,
+            "ticks": self.ticks,
+            "chunks_accepted": tl.accepted,
+            "chunks_rejected": {r.value: n for r, n in sorted(tl.rejected.items(),
+                                                               key=lambda kv: kv[0].value)},
+            "last_rejection": (f"{tl.last_rejection.reason.value}: {tl.last_rejection.detail}"
+                               if tl.last_rejection else ""),
+            "points_dropped": tl.dropped_points,
+            "faults": self.faults,
+            "holds": self.holds,
+            "resyncs": self.resyncs,
+            "effort_saturated_ticks": self.effort_saturated_ticks,
+            "reference_limited_ticks": self.reference_limited_ticks,
+            "blend_depth": tl.active.depth if tl.active is not None else 0,
+        }
