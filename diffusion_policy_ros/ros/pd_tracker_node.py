@@ -1,0 +1,204 @@
+"""pd_tracker_node: action chunks -> smooth, limited PD efforts at ``rate_hz``.
+
+Thin adapter around ``control.PdTracker``: converts ``policy/action_chunk``
+(trajectory_msgs/JointTrajectory) and ``joint_states`` into plain data, ticks
+the tracker on a timer and publishes ``arm_controller/commands`` (efforts in
+``joint_names`` order), ``gripper_controller/commands`` ([opening m]),
+``tracker/reference`` and ``/diagnostics``. All callbacks share one mutually
+exclusive group because the tracker is not thread-safe.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rclpy.executors import ExternalShutdownException
+from rclpy.node import Node
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray
+from trajectory_msgs.msg import JointTrajectory
+
+from diffusion_policy_ros.config import ConfigError
+from diffusion_policy_ros.control import ActionChunk, PdTracker, PdTrackerConfig, TrackerMode
+from diffusion_policy_ros.monitoring import RollingStats, ThrottledReasons
+from diffusion_policy_ros.ros.conversions import stamp_to_ns
+from diffusion_policy_ros.ros.params import declare_config
+
+
+def chunk_from_msg(msg: JointTrajectory) -> ActionChunk:
+    return ActionChunk(
+        stamp_s=stamp_to_ns(msg.header.stamp) * 1e-9,
+        joint_names=list(msg.joint_names),
+        times_from_start_s=[p.time_from_start.sec + p.time_from_start.nanosec * 1e-9
+                            for p in msg.points],
+        positions=[list(p.positions) for p in msg.points])
+
+
+class JointStateCache:
+    """Latest joint state in the tracker's joint order (pure; the node feeds it messages)."""
+
+    def __init__(self, joint_names: list[str], gripper_joint: str):
+        self.joint_names = joint_names
+        self.gripper_joint = gripper_joint
+        self.q: list[float] | None = None
+        self.qd: list[float] | None = None
+        self.gripper_opening_m: float | None = None
+        self.stamp_s: float | None = None
+
+    def update(self, names, positions, velocities, stamp_s: float) -> str:
+        """Store a joint_states sample; returns '' or why it was ignored."""
+        index = {n: i for i, n in enumerate(names)}
+        missing = [n for n in self.joint_names if n not in index]
+        if missing:
+            return f"joint_states lacks {missing}"
+        if len(positions) != len(names):
+            return f"joint_states has {len(names)} names but {len(positions)} positions"
+        if velocities and len(velocities) != len(names):
+            return f"joint_states has {len(names)} names but {len(velocities)} velocities"
+        self.q = [float(positions[index[n]]) for n in self.joint_names]
+        self.qd = ([float(velocities[index[n]]) for n in self.joint_names] if velocities
+                   else [0.0] * len(self.joint_names))
+        if self.gripper_joint in index:
+            opening = float(positions[index[self.gripper_joint]])
+            if math.isfinite(opening):
+                self.gripper_opening_m = opening
+        self.stamp_s = stamp_s
+        return ""
+
+
+class PdTrackerNode(Node):
+    def __init__(self, **kwargs):
+        super().__init__("pd_tracker_node", **kwargs)
+        self.config: PdTrackerConfig = declare_config(self, PdTrackerConfig)
+        cfg = self.config
+        self.tracker = PdTracker(cfg)
+        self.states = JointStateCache(list(cfg.joint_names), cfg.gripper_joint)
+        self.rejects = ThrottledReasons(period_s=2.0)
+        self.period_error_ms = RollingStats(window=5000)
+        self.tick_ms = RollingStats(window=5000)
+        self._last_tick_wall: float | None = None
+        self._window_ticks = 0
+        self._window_start = time.perf_counter()
+        self._published_fault = ""
+
+        self.effort_pub = self.create_publisher(Float64MultiArray, "arm_controller/commands",
+                                                QoSProfile(depth=1))
+        self.gripper_pub = self.create_publisher(Float64MultiArray,
+                                                 "gripper_controller/commands",
+                                                 QoSProfile(depth=1))
+        self.reference_pub = self.create_publisher(
+            JointState, "tracker/reference",
+            QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT))
+        self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", QoSProfile(depth=10))
+        self.create_subscription(JointTrajectory, "policy/action_chunk", self._on_chunk,
+                                 QoSProfile(depth=2))
+        self.create_subscription(JointState, "joint_states", self._on_joint_states,
+                                 QoSProfile(depth=10))
+        self.create_timer(1.0 / cfg.rate_hz, self._tick)
+        self.create_timer(1.0, self._publish_diagnostics)
+        self._reference = JointState(name=list(cfg.joint_names))
+        self.get_logger().info(f"pd_tracker_node ready: {cfg.rate_hz:.0f} Hz, blend "
+                               f"'{cfg.blend_strategy}', joints {list(cfg.joint_names)}")
+
+    def _now_s(self) -> float:
+        return self.get_clock().now().nanoseconds * 1e-9
+
+    def _report(self, reason: str, message: str) -> None:
+        if self.rejects.record(reason, time.monotonic()):
+            self.get_logger().error(f"{message} [{self.rejects.counts[reason]} so far]")
+
+    def _on_chunk(self, msg: JointTrajectory) -> None:
+        decision = self.tracker.submit_chunk(chunk_from_msg(msg), self._now_s())
+        if not decision.accepted:
+            self._report(f"chunk_{decision.reason.value}",
+                         f"rejected action chunk ({decision.reason.value}): {decision.detail}")
+
+    def _on_joint_states(self, msg: JointState) -> None:
+        stamp_ns = stamp_to_ns(msg.header.stamp)
+        stamp_s = stamp_ns * 1e-9 if stamp_ns else self._now_s()
+        problem = self.states.update(msg.name, msg.position, msg.velocity, stamp_s)
+        if problem:
+            self._report("bad_joint_states", f"ignored joint_states: {problem}")
+
+    def _tick(self) -> None:
+        wall = time.perf_counter()
+        if self._last_tick_wall is not None:
+            period_ms = (wall - self._last_tick_wall) * 1e3
+            self.period_error_ms.add(abs(period_ms - 1e3 / self.config.rate_hz))
+        self._last_tick_wall = wall
+        s = self.states
+        cmd = self.tracker.tick(self._now_s(), s.q, s.qd, s.stamp_s, s.gripper_opening_m)
+        if cmd.mode is TrackerMode.FAULT and cmd.fault != self._published_fault:
+            self._report("fault", f"tracker fault: {cmd.fault}; commanding zero effort")
+        self._published_fault = cmd.fault
+        if cmd.send:
+            self.effort_pub.publish(Float64MultiArray(data=list(cmd.effort_nm)))
+            if cmd.gripper_opening_m is not None:
+                self.gripper_pub.publish(Float64MultiArray(data=[cmd.gripper_opening_m]))
+            ref = self._reference
+            ref.header.stamp = self.get_clock().now().to_msg()
+            ref.position = list(cmd.q_ref)
+            ref.velocity = list(cmd.qd_ref)
+            self.reference_pub.publish(ref)
+        self._window_ticks += 1
+        self.tick_ms.add((time.perf_counter() - wall) * 1e3)
+
+    def _publish_diagnostics(self) -> None:
+        now = time.perf_counter()
+        rate = self._window_ticks / max(1e-9, now - self._window_start)
+        self._window_ticks, self._window_start = 0, now
+        info = self.tracker.diagnostics()
+        status = DiagnosticStatus(name=f"{self.get_name()}: pd tracker", hardware_id="arm")
+        mode = info["mode"]
+        if mode == TrackerMode.FAULT.value:
+            status.level, status.message = DiagnosticStatus.ERROR, f"fault: {info['fault']}"
+        elif rate < 0.9 * self.config.rate_hz:
+            status.level = DiagnosticStatus.WARN
+            status.message = f"loop at {rate:.0f} Hz, below {self.config.rate_hz:.0f} Hz"
+        else:
+            status.level, status.message = DiagnosticStatus.OK, mode
+        values = {
+            "mode": mode,
+            "loop_rate_hz": f"{rate:.1f}",
+            "period_error_ms_p50": f"{self.period_error_ms.percentile(50):.4f}",
+            "period_error_ms_p99": f"{self.period_error_ms.percentile(99):.4f}",
+            "period_error_ms_max": f"{self.period_error_ms.max():.4f}",
+            "tick_ms_p50": f"{self.tick_ms.percentile(50):.4f}",
+            "tick_ms_p99": f"{self.tick_ms.percentile(99):.4f}",
+            "chunks_accepted": str(info["chunks_accepted"]),
+            **{f"chunks_rejected_{r}": str(n) for r, n in info["chunks_rejected"].items()},
+            "points_dropped": str(info["points_dropped"]),
+            "holds": str(info["holds"]),
+            "faults": str(info["faults"]),
+            "effort_saturated_ticks": str(info["effort_saturated_ticks"]),
+            "bad_joint_states": str(self.rejects.counts["bad_joint_states"]),
+        }
+        status.values = [KeyValue(key=k, value=v) for k, v in values.items()]
+        msg = DiagnosticArray(status=[status])
+        msg.header.stamp = self.get_clock().now().to_msg()
+        self.diag_pub.publish(msg)
+
+
+def main(args=None) -> None:
+    rclpy.init(args=args)
+    node = None
+    try:
+        node = PdTrackerNode()
+        rclpy.spin(node)
+    except ConfigError as exc:
+        print(f"pd_tracker_node: invalid parameters: {exc}")
+        raise SystemExit(2) from None
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        if node is not None:
+            node.destroy_node()
+        rclpy.try_shutdown()
+
+
+if __name__ == "__main__":
+    main()
