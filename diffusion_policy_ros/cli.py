@@ -18,6 +18,12 @@ def _bench_perception(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_tracker(args: argparse.Namespace) -> int:
+    from diffusion_policy_ros.ros import tracker_bench
+
+    return tracker_bench.run(seconds=args.seconds)
+
+
 def _sync_demo(args: argparse.Namespace) -> int:
     from diffusion_policy_ros.ros import sync_demo
 
@@ -34,6 +40,11 @@ def build_parser() -> argparse.ArgumentParser:
     perception.add_argument("--frames", type=int, default=100, help="frames timed per row")
     perception.add_argument("--json", help="also write the rows to this JSON file")
     perception.set_defaults(func=_bench_perception)
+
+    tracker = bench_sub.add_parser("tracker", help="pd_tracker_node loop timing at 500 Hz and "
+                                   "1 kHz, with and without a policy-sized CPU load")
+    tracker.add_argument("--seconds", type=float, default=10.0, help="per configuration")
+    tracker.set_defaults(func=_bench_tracker)
 
     demo = sub.add_parser("sync-demo", help="rgbd_sync_node on a synthetic 30 Hz Kinect stream "
                           "over ROS 2, printing rates, latency and point accuracy")

@@ -13,19 +13,17 @@ from __future__ import annotations
 import math
 import time
 
-import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory
 
-from diffusion_policy_ros.config import ConfigError
 from diffusion_policy_ros.control import ActionChunk, PdTracker, PdTrackerConfig, TrackerMode
 from diffusion_policy_ros.monitoring import RollingStats, ThrottledReasons
 from diffusion_policy_ros.ros.conversions import stamp_to_ns
+from diffusion_policy_ros.ros.node_main import run_node
 from diffusion_policy_ros.ros.params import declare_config
 
 
@@ -184,20 +182,7 @@ class PdTrackerNode(Node):
 
 
 def main(args=None) -> None:
-    rclpy.init(args=args)
-    node = None
-    try:
-        node = PdTrackerNode()
-        rclpy.spin(node)
-    except ConfigError as exc:
-        print(f"pd_tracker_node: invalid parameters: {exc}")
-        raise SystemExit(2) from None
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        if node is not None:
-            node.destroy_node()
-        rclpy.try_shutdown()
+    run_node(PdTrackerNode, "pd_tracker_node", args)
 
 
 if __name__ == "__main__":

@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import time
 
-import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import CameraInfo, Image, PointCloud2
 from std_msgs.msg import Header
 
-from diffusion_policy_ros.config import ConfigError
 from diffusion_policy_ros.monitoring import RateMeter, RollingStats, ThrottledReasons
 from diffusion_policy_ros.perception.image_decoding import FrameRejected
 from diffusion_policy_ros.perception.pipeline import RgbdObservationPipeline, RgbdSyncConfig
@@ -31,6 +28,7 @@ from diffusion_policy_ros.ros.conversions import (
     stamp_to_ns,
     xyzrgb_cloud_msg,
 )
+from diffusion_policy_ros.ros.node_main import run_node
 from diffusion_policy_ros.ros.params import declare_config
 
 CAMERA_TOPICS = ("camera/rgb/image_raw", "camera/depth_to_rgb/image_raw", "camera/rgb/camera_info")
@@ -187,20 +185,7 @@ class RgbdSyncNode(Node):
 
 
 def main(args=None) -> None:
-    rclpy.init(args=args)
-    node = None
-    try:
-        node = RgbdSyncNode()
-        rclpy.spin(node)
-    except ConfigError as exc:
-        print(f"rgbd_sync_node: invalid parameters: {exc}")
-        raise SystemExit(2) from None
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        if node is not None:
-            node.destroy_node()
-        rclpy.try_shutdown()
+    run_node(RgbdSyncNode, "rgbd_sync_node", args)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,34 @@
+"""The ``main()`` every node executable shares: init, spin, clean shutdown on SIGINT/SIGTERM."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import rclpy
+from rclpy.executors import ExternalShutdownException
+from rclpy.node import Node
+
+from diffusion_policy_ros.config import ConfigError
+
+
+def run_node(factory: Callable[[], Node], name: str, args=None) -> None:
+    """Spin ``factory()`` until shutdown; invalid parameters exit with status 2."""
+    rclpy.init(args=args)
+    node = None
+    try:
+        node = factory()
+        rclpy.spin(node)
+    except ConfigError as exc:
+        print(f"{name}: invalid parameters: {exc}")
+        raise SystemExit(2) from None
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    except Exception:
+        # A timer that fires while SIGTERM tears the context down fails to publish;
+        # that is shutdown, not an error. Anything else while running is re-raised.
+        if rclpy.ok():
+            raise
+    finally:
+        if node is not None:
+            node.destroy_node()
+        rclpy.try_shutdown()
