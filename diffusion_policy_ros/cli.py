@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
+
+
+def _run_main(module: str) -> int:
+    importlib.import_module(module).main()
+    return 0
 
 
 def _bench_perception(args: argparse.Namespace) -> int:
@@ -45,6 +51,12 @@ def build_parser() -> argparse.ArgumentParser:
                                    "1 kHz, with and without a policy-sized CPU load")
     tracker.add_argument("--seconds", type=float, default=10.0, help="per configuration")
     tracker.set_defaults(func=_bench_tracker)
+
+    blending = bench_sub.add_parser("blending", help="chunk blending strategies on a seeded "
+                                    "latency-jittered stream: tracking error and jerk")
+    blending.set_defaults(func=lambda args: _run_main("diffusion_policy_ros.control.blending"))
+    tick = bench_sub.add_parser("tick", help="PdTracker tick and submit_chunk time (no ROS)")
+    tick.set_defaults(func=lambda args: _run_main("diffusion_policy_ros.control.benchmark"))
 
     demo = sub.add_parser("sync-demo", help="rgbd_sync_node on a synthetic 30 Hz Kinect stream "
                           "over ROS 2, printing rates, latency and point accuracy")
