@@ -2,6 +2,10 @@
 
 ``scene`` holds the arm + table + objects model and the torque-level step,
 ``camera`` the Kinect-like RGB-D renderer. The model files live in ``assets/``.
+``task`` (language grasp tasks and their evaluation), ``runtime`` (scene, camera,
+task and tracker on one clock, shared by ``env.GraspEnv`` and ``sim_node``),
+``expert`` (scripted IK expert emitting action chunks) and ``expert_eval`` build
+the grasp task on top.
 
 Importing this package picks a headless OpenGL backend for MuJoCo when the user
 chose none: on Linux ``MUJOCO_GL=egl`` (GPU or Mesa EGL, no display needed).

@@ -1,0 +1,176 @@
+"""``SimulationRuntime``: scene, camera, task and tracker on one simulation clock.
+
+Both drivers of the simulation use this class, so collection, evaluation and
+the ROS system run the same physics, images and success rules:
+
+* ``GraspEnv`` (in process, faster than real time) submits action chunks to
+  the runtime's ``PdTracker`` and calls ``advance``: one tracker tick per
+  physics step (2 ms = the tracker's 500 Hz), then renders one frame per
+  observation.
+* ``sim_node`` applies the efforts and gripper command it receives from
+  ``pd_tracker_node`` with ``step`` on its 500 Hz timer and publishes
+  ``render_frame()`` whenever ``frame_due()`` (30 Hz in sim time).
+
+The task is evaluated after every physics step, so success and failure times
+do not depend on the control or camera rate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import mujoco
+import numpy as np
+
+from diffusion_policy_ros.config import CONFIG_DIR, load_config
+from diffusion_policy_ros.control import (
+    ActionChunk,
+    ChunkDecision,
+    PdTracker,
+    PdTrackerConfig,
+    TrackerCommand,
+)
+from diffusion_policy_ros.perception.geometry import CameraModel
+from diffusion_policy_ros.perception.image_decoding import RawImage
+from diffusion_policy_ros.sim.camera import (
+    DepthNoise,
+    KinectCamera,
+    bgra8_image,
+    depth_16uc1_image,
+)
+from diffusion_policy_ros.sim.scene import ArmScene
+from diffusion_policy_ros.sim.sim_config import SimConfig
+from diffusion_policy_ros.sim.task import GraspTask, TaskEvaluator, TaskState, sample_task
+
+#: Independent random streams derived from an episode seed (the layout uses the seed itself).
+_TASK_STREAM, _NOISE_STREAM = 1, 2
+
+
+def load_tracker_config(path=CONFIG_DIR / "pd_tracker.yaml") -> PdTrackerConfig:
+    """The ``pd_tracker_node`` parameters, so the sim tracks like the ROS system."""
+    return load_config(PdTrackerConfig, path, "pd_tracker_node")
+
+
+@dataclasses.dataclass(frozen=True)
+class CameraFrame:
+    """One Kinect-like frame as the driver publishes it (``bgra8`` + ``16UC1`` mm)."""
+
+    stamp_s: float
+    color: RawImage
+    depth: RawImage
+    camera: CameraModel
+
+
+class SimulationRuntime:
+    """An episode of the grasp task: physics, camera frames, task state, tracker.
+
+    Call ``reset`` before anything else. Not thread-safe: one thread drives it
+    (or the caller locks).
+    """
+
+    def __init__(self, config: SimConfig | None = None,
+                 tracker_config: PdTrackerConfig | None = None,
+                 model: mujoco.MjModel | None = None, with_camera: bool = True):
+        self.config = config or SimConfig()
+        self.tracker_config = tracker_config or load_tracker_config()
+        self.scene = ArmScene(model)
+        width, height = self.config.resolution
+        self.camera = KinectCamera(self.scene.model, width, height) if with_camera else None
+        #: Applied here, not in the camera, so that its random stream restarts with each episode.
+        self.depth_noise = DepthNoise() if self.config.depth_noise else None
+        self.frame_period_s = 1.0 / self.config.camera_rate_hz
+        self._body_ids = np.array([o.body_id for o in self.scene.objects])
+        self._next_seed = self.config.seed
+        self.episode_seed: int | None = None
+        self.task: TaskEvaluator | None = None
+        self.tracker: PdTracker | None = None
+
+    # -- episodes -----------------------------------------------------------------------------
+
+    def reset(self, seed: int | None = None, task: GraspTask | None = None) -> TaskState:
+        """New layout, task and tracker from ``seed`` (None: the next seed in sequence).
+
+        ``task`` overrides the sampled target and instruction (its target must
+        be an object of the scene). The clock restarts at 0.
+        """
+        seed = self._next_seed if seed is None else int(seed)
+        self._next_seed = seed + 1
+        self.episode_seed = seed
+        self.scene.reset(seed=seed, settle_s=self.config.settle_s)
+        if task is None:
+            task = sample_task(self.scene.object_names, np.random.default_rng([seed, _TASK_STREAM]))
+        self.task = TaskEvaluator(task, self.scene.object_names, self._object_heights_m(),
+                                  self.config.task_config(), start_time_s=self.time_s)
+        self._noise_rng = np.random.default_rng([seed, _NOISE_STREAM])
+        self._next_frame_s = self.time_s
+        self.tracker = PdTracker(self.tracker_config)
+        self._tick()  # the tracker has seen the first joint state: it holds the arm here
+        return self.task.state
+
+    @property
+    def time_s(self) -> float:
+        return self.scene.time_s
+
+    @property
+    def task_state(self) -> TaskState:
+        return self.task.state
+
+    def _object_heights_m(self) -> np.ndarray:
+        return self.scene.data.xpos[self._body_ids, 2]
+
+    # -- physics ------------------------------------------------------------------------------
+
+    def step(self, effort_nm, gripper_opening_m: float) -> TaskState:
+        """One physics step with the given arm efforts (N m) and gripper opening (m)."""
+        self.scene.step(effort_nm, gripper_opening_m)
+        return self.task.update(self.time_s, self._object_heights_m())
+
+    def submit_chunk(self, chunk: ActionChunk) -> ChunkDecision:
+        """Hand an action chunk to the tracker at the current sim time."""
+        return self.tracker.submit_chunk(chunk, self.time_s)
+
+    def _tick(self) -> TrackerCommand:
+        joints = self.scene.joint_positions()
+        rates = self.scene.joint_velocities()
+        now = self.time_s
+        return self.tracker.tick(now, joints[:6].tolist(), rates[:6].tolist(), now,
+                                 float(joints[6]))
+
+    def tracked_step(self) -> TrackerCommand:
+        """One tracker tick on the measured state, then one physics step with its command."""
+        command = self._tick()
+        gripper = command.gripper_opening_m
+        if gripper is None:
+            gripper = float(self.scene.joint_positions()[6])
+        self.step(command.effort_nm, gripper)
+        return command
+
+    def advance(self, duration_s: float) -> TaskState:
+        """Run the tracker and physics for ``duration_s`` (rounded to whole steps)."""
+        for _ in range(int(round(duration_s / self.scene.timestep_s))):
+            self.tracked_step()
+        return self.task.state
+
+    # -- camera -------------------------------------------------------------------------------
+
+    def frame_due(self) -> bool:
+        """A camera frame is due at the current time (``camera_rate_hz`` in sim time)."""
+        return self.time_s >= self._next_frame_s - 1e-9
+
+    def render_frame(self) -> CameraFrame:
+        """Render the camera now (with this episode's depth noise); schedules the next frame."""
+        if self.camera is None:
+            raise RuntimeError("this runtime was built with_camera=False")
+        now = self.time_s
+        frame = self.camera.render_arrays(self.scene.data)
+        depth = frame.depth_m
+        if self.depth_noise is not None:
+            depth = self.depth_noise.apply(depth, self._noise_rng)
+        periods = np.floor(now / self.frame_period_s + 1e-9) + 1.0
+        self._next_frame_s = float(periods * self.frame_period_s)
+        return CameraFrame(now, bgra8_image(frame.rgb), depth_16uc1_image(depth),
+                           self.camera.camera_model)
+
+    def close(self) -> None:
+        if self.camera is not None:
+            self.camera.close()

@@ -1,0 +1,179 @@
+"""Language grasp tasks: instructions, their parser, and the success evaluator.
+
+An episode names one object of the scene in natural language ("lift the green
+block") and succeeds when that object is lifted and held; lifting any other
+object ends the episode as a wrong-object failure. Object names in the MJCF
+are ``<colour>_<shape>`` (``red_cube``, ``yellow_cylinder``), which is all the
+vocabulary needs: every colour and shape word, synonyms included, maps back to
+one name. ``parse_instruction`` inverts ``instruction_for`` so tests can check
+that every generated sentence names its target, and evaluations can score a
+policy against the object a (possibly wrong or paraphrased) instruction means.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Sequence
+
+import numpy as np
+
+#: Canonical colour -> words that mean it.
+COLOUR_WORDS = {
+    "red": ("red",),
+    "green": ("green",),
+    "blue": ("blue",),
+    "yellow": ("yellow",),
+    "purple": ("purple", "violet"),
+}
+#: Canonical shape (the suffix of the object name) -> nouns that mean it.
+SHAPE_WORDS = {
+    "cube": ("cube", "block", "box"),
+    "cylinder": ("cylinder", "can"),
+    "sphere": ("sphere", "ball"),
+}
+#: Sentence patterns; ``{colour}`` and ``{shape}`` are filled with one word each.
+TEMPLATES = (
+    "pick up the {colour} {shape}",
+    "grasp the {colour} {shape}",
+    "lift the {colour} {shape}",
+    "grab the {colour} {shape}",
+    "take the {colour} {shape}",
+    "pick the {colour} {shape} up",
+    "raise the {colour} {shape}",
+    "lift the {colour} {shape} off the table",
+    "please pick up the {colour} {shape}",
+    "could you grasp the {colour} {shape}?",
+    "grab the {shape} that is {colour}",
+    "pick up the {shape}, the {colour} one",
+)
+#: Words after which "can" is the modal verb ("can you ..."), not a noun.
+_PRONOUNS = frozenset({"you", "i", "we", "it"})
+_WORD_COLOUR = {w: c for c, words in COLOUR_WORDS.items() for w in words}
+_WORD_SHAPE = {w: s for s, words in SHAPE_WORDS.items() for w in words}
+
+
+def describe(object_name: str) -> tuple[str, str]:
+    """(colour, shape) of an object named ``<colour>_<shape>``."""
+    colour, _, shape = object_name.partition("_")
+    if colour not in COLOUR_WORDS or shape not in SHAPE_WORDS:
+        raise ValueError(f"object '{object_name}' is not named <colour>_<shape> with a known "
+                         f"colour {sorted(COLOUR_WORDS)} and shape {sorted(SHAPE_WORDS)}")
+    return colour, shape
+
+
+def instruction_for(object_name: str, rng: np.random.Generator) -> str:
+    """A random sentence (template, synonyms) asking to grasp ``object_name``."""
+    colour, shape = describe(object_name)
+    template = TEMPLATES[rng.integers(len(TEMPLATES))]
+    colour_word = COLOUR_WORDS[colour][rng.integers(len(COLOUR_WORDS[colour]))]
+    shape_word = SHAPE_WORDS[shape][rng.integers(len(SHAPE_WORDS[shape]))]
+    return template.format(colour=colour_word, shape=shape_word)
+
+
+def parse_instruction(text: str, object_names: Sequence[str]) -> str | None:
+    """The one object of ``object_names`` that ``text`` asks for, or None.
+
+    The sentence must mention exactly one colour; a shape word, if present,
+    must fit the same object. None when nothing or more than one object fits
+    (unknown colour, "red cylinder" in a scene without one, two colours).
+    """
+    tokens = re.findall(r"[a-z]+", text.lower())
+    colours = {_WORD_COLOUR[t] for t in tokens if t in _WORD_COLOUR}
+    shapes = {_WORD_SHAPE[t] for i, t in enumerate(tokens) if t in _WORD_SHAPE
+              and not (t == "can" and i + 1 < len(tokens) and tokens[i + 1] in _PRONOUNS)}
+    if len(colours) != 1 or len(shapes) > 1:
+        return None
+    matches = [n for n in object_names
+               if describe(n)[0] in colours and (not shapes or describe(n)[1] in shapes)]
+    return matches[0] if len(matches) == 1 else None
+
+
+@dataclasses.dataclass(frozen=True)
+class GraspTask:
+    """What one episode asks for."""
+
+    target: str
+    instruction: str
+
+
+def sample_task(object_names: Sequence[str], rng: np.random.Generator) -> GraspTask:
+    """A uniformly chosen target among ``object_names`` and a random instruction for it."""
+    target = object_names[rng.integers(len(object_names))]
+    return GraspTask(target, instruction_for(target, rng))
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskConfig:
+    """When a grasp episode ends."""
+
+    lift_height_m: float = 0.10
+    """An object counts as lifted this far above its resting height (centre, m)."""
+    hold_s: float = 0.5
+    """The target must stay lifted this long for success (s)."""
+    time_limit_s: float = 20.0
+    """Episode length limit (sim time, s)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskState:
+    """The evaluation of one episode so far."""
+
+    target: str
+    instruction: str
+    elapsed_s: float
+    success: bool
+    wrong_object: str | None
+    """Name of a non-target object that was lifted (ends the episode), else None."""
+    timed_out: bool
+    lifted_since_s: float | None
+    """Episode time since when the target has been lifted without interruption."""
+
+    @property
+    def done(self) -> bool:
+        return self.success or self.wrong_object is not None or self.timed_out
+
+    @property
+    def terminated(self) -> bool:
+        """Ended by the task itself (success or wrong object), not by the time limit."""
+        return self.success or self.wrong_object is not None
+
+
+class TaskEvaluator:
+    """Scores an episode from object heights, one call per simulation step.
+
+    Heights come in ``object_names`` order; resting heights are the heights at
+    the start of the episode (objects placed and settled). Once done, the state
+    no longer changes.
+    """
+
+    def __init__(self, task: GraspTask, object_names: Sequence[str], rest_heights_m,
+                 config: TaskConfig | None = None, start_time_s: float = 0.0):
+        self.config = config or TaskConfig()
+        self.object_names = tuple(object_names)
+        if task.target not in self.object_names:
+            raise ValueError(f"target '{task.target}' is not among {self.object_names}")
+        self.task = task
+        self._target = self.object_names.index(task.target)
+        self._rest_m = np.asarray(rest_heights_m, dtype=np.float64).reshape(len(object_names))
+        self.start_time_s = float(start_time_s)
+        self.state = TaskState(task.target, task.instruction, 0.0, False, None, False, None)
+
+    def update(self, time_s: float, heights_m) -> TaskState:
+        """Advance the evaluation to ``time_s`` with the objects' current centre heights."""
+        s = self.state
+        if s.done:
+            return s
+        c = self.config
+        elapsed = float(time_s) - self.start_time_s
+        lifted = np.asarray(heights_m, dtype=np.float64) - self._rest_m >= c.lift_height_m
+        wrong = next((self.object_names[i] for i in np.flatnonzero(lifted) if i != self._target),
+                     None)
+        since = s.lifted_since_s if s.lifted_since_s is not None else elapsed
+        since = since if lifted[self._target] else None
+        success = wrong is None and since is not None and elapsed - since >= c.hold_s
+        timed_out = not success and wrong is None and elapsed >= c.time_limit_s
+        self.state = dataclasses.replace(s, elapsed_s=elapsed, success=success,
+                                         wrong_object=wrong, timed_out=timed_out,
+                                         lifted_since_s=since)
+        return self.state
