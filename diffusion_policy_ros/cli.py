@@ -8,8 +8,12 @@ import json
 import sys
 
 
-def _run_main(module: str) -> int:
-    importlib.import_module(module).main()
+def _run_main(module: str, argv: list[str] | None = None) -> int:
+    main = importlib.import_module(module).main
+    if argv is None:
+        main()
+    else:
+        main(argv)
     return 0
 
 
@@ -36,9 +40,40 @@ def _sync_demo(args: argparse.Namespace) -> int:
     return sync_demo.run(seconds=args.seconds, resolution=args.resolution)
 
 
+def _collect(args: argparse.Namespace) -> int:
+    from diffusion_policy_ros.learning.collect import collect
+    from diffusion_policy_ros.sim.sim_config import load_sim_config
+
+    config = load_sim_config(args.config) if args.config else None
+    try:
+        report = collect(args.episodes, args.out, seed=args.seed, raw_camera=args.raw_camera,
+                         config=config)
+    except FileExistsError as exc:
+        print(f"dpr collect: {exc}", file=sys.stderr)
+        return 2
+    print(report.summary())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dpr", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
+
+    collect = sub.add_parser("collect", help="scripted-expert demonstrations in simulation, "
+                             "one rosbag2 (MCAP) per episode")
+    collect.add_argument("--episodes", type=int, required=True)
+    collect.add_argument("--out", required=True, help="directory for the episode bags")
+    collect.add_argument("--seed", type=int, default=0, help="seed of the first episode")
+    collect.add_argument("--raw-camera", action="store_true",
+                         help="also record the Kinect topics behind each observation")
+    collect.add_argument("--config", help="sim params file (default config/sim.yaml)")
+    collect.set_defaults(func=_collect)
+
+    expert = sub.add_parser("eval-expert", help="scripted expert success rate and speed",
+                            add_help=False)
+    expert.set_defaults(func=lambda args: _run_main("diffusion_policy_ros.sim.expert_eval",
+                                                    args.rest))
+    expert.add_argument("rest", nargs=argparse.REMAINDER)
 
     bench = sub.add_parser("bench", help="benchmarks that print their figures")
     bench_sub = bench.add_subparsers(dest="target", required=True)

@@ -63,6 +63,10 @@ class GraspEnv:
             self.pipeline.set_camera(self.runtime.camera.camera_model)
         self._last_stamp_s = 0.0
         self._done = True
+        #: Called with the runtime after every physics step (recording joint_states).
+        self.after_physics_step = None
+        #: The camera frame behind the last observation (raw-camera recording).
+        self.last_frame = None
 
     def reset(self, seed: int | None = None, task: GraspTask | None = None) -> tuple[dict, dict]:
         """Start an episode (``seed`` None: the next in sequence from ``config.seed``)."""
@@ -86,7 +90,7 @@ class GraspEnv:
         stamp = self._last_stamp_s if stamp_s is None else float(stamp_s)
         chunk = ActionChunk(stamp, JOINT_NAMES, self._times_from_start_s, positions.tolist())
         decision = self.runtime.submit_chunk(chunk)
-        state = self.runtime.advance(self.config.control_period_s)
+        state = self.runtime.advance(self.config.control_period_s, self.after_physics_step)
         self._done = state.done
         info = {"task": state, "chunk": decision, "episode_seed": self.runtime.episode_seed}
         return self._observe(), float(state.success), state.terminated, state.timed_out, info
@@ -97,7 +101,7 @@ class GraspEnv:
         obs = {"joint_positions": rt.scene.joint_positions(),
                "instruction": rt.task_state.instruction, "stamp_s": rt.time_s}
         if self.pipeline is not None:
-            frame = rt.render_frame()
+            frame = self.last_frame = rt.render_frame()
             out = self.pipeline.process(frame.color, frame.depth)
             obs.update(image=out.image_rgb, points=out.points, point_colors=out.colors)
         return obs

@@ -145,10 +145,16 @@ class SimulationRuntime:
         self.step(command.effort_nm, gripper)
         return command
 
-    def advance(self, duration_s: float) -> TaskState:
-        """Run the tracker and physics for ``duration_s`` (rounded to whole steps)."""
+    def advance(self, duration_s: float, after_step=None) -> TaskState:
+        """Run the tracker and physics for ``duration_s`` (rounded to whole steps).
+
+        ``after_step(runtime)`` is called after every physics step (e.g. to record
+        ``joint_states`` at the physics rate).
+        """
         for _ in range(int(round(duration_s / self.scene.timestep_s))):
             self.tracked_step()
+            if after_step is not None:
+                after_step(self)
         return self.task.state
 
     # -- camera -------------------------------------------------------------------------------

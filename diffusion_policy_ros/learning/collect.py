@@ -1,0 +1,145 @@
+"""``dpr collect``: scripted-expert demonstrations in simulation, one rosbag2 per episode.
+
+Each episode runs ``GraspEnv`` (the same scene, camera, perception pipeline
+and ``PdTracker`` as the ROS system) with ``ScriptedExpert`` choosing every
+chunk, and records what a real robot would: ``observation/image`` +
+``observation/points`` at the control rate, ``joint_states`` at the physics
+rate (500 Hz), the ``instruction``, every commanded ``policy/action_chunk``
+(stamped with its observation) and the ``episode/outcome``; with
+``raw_camera`` also the Kinect frames behind each observation.
+
+Successful episodes go to ``OUT/episode_SSSSSS``; failed ones to
+``OUT/failed/episode_SSSSSS`` (kept, counted, never read as training data).
+An episode is written under ``OUT/.partial/`` and moved into place when
+complete, so an interrupted run never leaves a half episode among the data,
+and an existing episode is never overwritten (the writer refuses).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import time
+from pathlib import Path
+
+from tqdm import tqdm
+
+from diffusion_policy_ros.learning.episode_bag import JOINT_NAMES, EpisodeBagWriter
+from diffusion_policy_ros.sim.env import GraspEnv
+from diffusion_policy_ros.sim.expert import ExpertConfig, ScriptedExpert
+from diffusion_policy_ros.sim.sim_config import SimConfig, load_sim_config
+
+FAILED_DIR = "failed"
+PARTIAL_DIR = ".partial"
+
+
+def episode_name(seed: int) -> str:
+    return f"episode_{seed:06d}"
+
+
+def _ns(t_s: float) -> int:
+    return int(round(t_s * 1e9))
+
+
+@dataclasses.dataclass
+class CollectionReport:
+    episodes: int
+    succeeded: int
+    failed_seeds: list[int]
+    sim_time_s: float
+    wall_time_s: float
+    bytes_on_disk: int
+
+    @property
+    def realtime_factor(self) -> float:
+        return self.sim_time_s / self.wall_time_s
+
+    def summary(self) -> str:
+        per_episode_mb = self.bytes_on_disk / max(1, self.episodes) / 1e6
+        return (f"episodes {self.episodes}, expert succeeded {self.succeeded}, failed "
+                f"{len(self.failed_seeds)} {self.failed_seeds or ''}\n"
+                f"sim time {self.sim_time_s:.1f} s in {self.wall_time_s:.1f} s wall: "
+                f"{self.realtime_factor:.1f}x real time\n"
+                f"disk {self.bytes_on_disk / 1e6:.1f} MB, {per_episode_mb:.2f} MB per episode")
+
+
+def record_episode(env: GraspEnv, expert: ScriptedExpert, seed: int, path: Path,
+                   raw_camera: bool) -> tuple[bool, float]:
+    """Run and record one episode; returns (success, episode sim time s)."""
+    obs, info = env.reset(seed)
+    expert.reset(info["task"].target)
+    with EpisodeBagWriter(path, raw_camera=raw_camera) as bag:
+        bag.instruction(_ns(obs["stamp_s"]), obs["instruction"])
+
+        def record_joint_state(runtime) -> None:
+            scene = runtime.scene
+            bag.joint_state(_ns(runtime.time_s), scene.joint_positions(),
+                            scene.joint_velocities(), scene.joint_efforts())
+
+        env.after_physics_step = record_joint_state
+        record_joint_state(env.runtime)
+        done = False
+        while not done:
+            stamp = _ns(obs["stamp_s"])
+            bag.observation(stamp, obs["image"], obs["points"], obs["point_colors"])
+            if raw_camera:
+                frame = env.last_frame
+                bag.raw_camera_frame(stamp, frame.color, frame.depth, frame.camera)
+            chunk = expert.act(env.runtime.scene)
+            bag.action_chunk(stamp, chunk, env.config.chunk_dt_s, JOINT_NAMES)
+            obs, _, terminated, truncated, info = env.step(chunk, obs["stamp_s"])
+            done = terminated or truncated
+        env.after_physics_step = None
+        state = info["task"]
+        outcome = {"seed": seed, "target": state.target, "instruction": state.instruction,
+                   "success": state.success, "wrong_object": state.wrong_object,
+                   "timed_out": state.timed_out, "episode_time_s": state.elapsed_s}
+        bag.outcome(_ns(env.runtime.time_s), outcome)
+    return state.success, state.elapsed_s
+
+
+def _size(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def collect(episodes: int, out: str | Path, seed: int = 0, raw_camera: bool = False,
+            config: SimConfig | None = None, progress: bool = True) -> CollectionReport:
+    """Record ``episodes`` expert episodes with seeds ``seed, seed + 1, ...`` into ``out``."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    config = dataclasses.replace(config or load_sim_config(), render_observations=True)
+    expert_config = ExpertConfig(horizon=config.chunk_horizon, dt_s=config.chunk_dt_s)
+    seeds = range(seed, seed + episodes)
+    existing = [out / d / episode_name(s) for s in seeds for d in ("", FAILED_DIR)
+                if (out / d / episode_name(s)).exists()]
+    if existing:
+        raise FileExistsError(f"{existing[0]} exists (and {len(existing) - 1} more): recorded "
+                              "episodes are never overwritten; use another --out or --seed")
+    failed, sim_time, succeeded, written = [], 0.0, 0, 0
+    t0 = time.perf_counter()
+    with GraspEnv(config) as env:
+        expert = ScriptedExpert(env.runtime.scene.model, expert_config)
+        bar = tqdm(seeds, desc="collect", unit="ep", disable=not progress)
+        for s in bar:
+            tmp = out / PARTIAL_DIR / episode_name(s)
+            if tmp.exists():
+                shutil.rmtree(tmp)  # left by an interrupted run; never a finished episode
+            tmp.parent.mkdir(exist_ok=True)
+            ok, episode_s = record_episode(env, expert, s, tmp, raw_camera)
+            final = out / episode_name(s) if ok else out / FAILED_DIR / episode_name(s)
+            final.parent.mkdir(exist_ok=True)
+            tmp.rename(final)
+            written += _size(final)
+            sim_time += episode_s
+            succeeded += ok
+            if not ok:
+                failed.append(s)
+            bar.set_postfix(success=f"{succeeded}/{s - seed + 1}")
+    (out / PARTIAL_DIR).rmdir()
+    report = CollectionReport(episodes, succeeded, failed, sim_time,
+                              time.perf_counter() - t0, written)
+    (out / f"collection_{seed:06d}.json").write_text(json.dumps(
+        dataclasses.asdict(report) | {"realtime_factor": report.realtime_factor,
+                                      "raw_camera": raw_camera, "first_seed": seed}, indent=2))
+    return report
