@@ -28,6 +28,7 @@ setup(
         "console_scripts": [
             "rgbd_sync_node = diffusion_policy_ros.ros.rgbd_sync_node:main",
             "pd_tracker_node = diffusion_policy_ros.ros.pd_tracker_node:main",
+            "sim_node = diffusion_policy_ros.ros.sim_node:main",
             "dpr = diffusion_policy_ros.cli:main",
         ],
     },

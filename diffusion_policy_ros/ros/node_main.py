@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import rclpy
+from rclpy.exceptions import InvalidParameterValueException
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 
@@ -18,7 +19,7 @@ def run_node(factory: Callable[[], Node], name: str, args=None) -> None:
     try:
         node = factory()
         rclpy.spin(node)
-    except ConfigError as exc:
+    except (ConfigError, InvalidParameterValueException) as exc:
         print(f"{name}: invalid parameters: {exc}")
         raise SystemExit(2) from None
     except (KeyboardInterrupt, ExternalShutdownException):

@@ -2,7 +2,8 @@
 
 One dataclass for both drivers of ``SimulationRuntime``: ``GraspEnv`` (in
 process, as fast as it computes) and ``sim_node`` (ROS, real or sim time).
-``control_period_s`` and ``render_observations`` only concern the env.
+``control_period_s``, ``chunk_dt_s``, ``chunk_horizon`` and ``render_observations``
+only concern the env; the fields from ``real_time_factor`` on only concern ``sim_node``.
 """
 
 from __future__ import annotations
@@ -41,6 +42,35 @@ class SimConfig:
     render_observations: bool = param(True, "GraspEnv: render the camera and run the RGB-D "
                                       "pipeline for every observation; false = joint states, "
                                       "instruction and stamp only (fast scripted collection)")
+    real_time_factor: float = param(1.0, "sim_node: sim seconds per wall-clock second; > 1 "
+                                    "runs faster than real time (use with publish_clock and "
+                                    "use_sim_time on the other nodes)", low=0.05, high=20.0)
+    publish_clock: bool = param(False, "sim_node: publish /clock (sim time, monotonic across "
+                                "resets) and stamp every message with sim time; false: stamp "
+                                "with the node's ROS clock")
+    publish_instruction: bool = param(True, "sim_node: publish each episode's instruction on "
+                                      "'instruction' (latched); false: the user publishes it")
+    joint_state_rate_hz: float = param(500.0, "sim_node: joint_states rate in sim time (Hz), "
+                                       "at most the 500 Hz physics rate", low=1.0, high=500.0)
+    command_timeout_s: float = param(0.1, "sim_node: sim time after the last valid arm command "
+                                     "at which it goes stale: zero effort (gravity-compensated "
+                                     "hold) and a WARN until commands return (s)",
+                                     low=0.004, high=10.0)
+    auto_reset: bool = param(False, "sim_node: start the next episode (next seed) as soon as "
+                             "one ends; false: keep simulating until ~/reset is called")
+    max_catchup_s: float = param(0.05, "sim_node: most sim time one loop callback steps to "
+                                 "catch up with the wall clock; a larger backlog is dropped "
+                                 "(counted; the sim then runs slower than real_time_factor). "
+                                 "Below command_timeout_s: commands are read between batches",
+                                 low=0.002, high=1.0)
+    diagnostics_period_s: float = param(1.0, "sim_node: /diagnostics period (wall clock, s)",
+                                        low=0.05, high=60.0)
+
+    def validate(self) -> None:
+        if self.max_catchup_s >= self.command_timeout_s:
+            raise ValueError(f"max_catchup_s ({self.max_catchup_s}) must be below "
+                             f"command_timeout_s ({self.command_timeout_s}): commands are read "
+                             "between step batches, so a longer batch would time them out")
 
     def task_config(self) -> TaskConfig:
         return TaskConfig(self.lift_height_m, self.hold_s, self.time_limit_s)

@@ -1,0 +1,411 @@
+"""sim_node: the MuJoCo arm, table, objects and Kinect-like camera as ROS topics.
+
+Thin adapter around ``sim.SimulationRuntime``: applies ``arm_controller/commands``
+(6 efforts, N m) and ``gripper_controller/commands`` ([opening m]) to the physics,
+publishes ``joint_states``, the camera topics of the Azure Kinect driver, the
+episode's ``instruction`` and state (``sim/episode``, ``/diagnostics``) and, with
+``publish_clock``, ``/clock``. ``~/reset`` (std_srvs/Trigger) starts the next episode.
+
+Timing. The loop runs on a wall-clock timer bound to the STEADY clock, never on
+the node's ROS clock: this node is the clock source, and with ``use_sim_time``
+a ROS-clock timer would wait for a ``/clock`` that only this timer publishes.
+Each callback steps as many 2 ms physics steps as ``real_time_factor`` x the
+wall time since the last callback demands (at most ``max_catchup_s`` of sim
+time; a larger backlog is dropped, counted, and the sim then runs slower than
+asked). Within a batch, ``joint_states`` go out every ``1 / joint_state_rate_hz``
+of sim time and a camera frame whenever one is due (``camera_rate_hz`` of sim
+time), so rates are exact in sim time and bursty at the callback scale.
+
+Stamps. With ``publish_clock`` every stamp is the sim clock: episode time plus
+an offset that makes it continuous and increasing across resets (a reset
+takes one physics step; it never starts at 0, which ROS reads as "unset"), and
+``/clock`` is published after each batch. Without it, stamps are the node's ROS
+clock, spread over the batch as if each step had happened at its real-time
+pace (step k of n: now - (n - 1 - k) * dt / real_time_factor), and increasing.
+
+Commands. A valid effort command applies until ``command_timeout_s`` of sim time
+without a new one (sim time, so the timeout scales with ``real_time_factor``
+like a tracker on ``use_sim_time``); then the arm gets zero effort, which the
+firmware-style gravity compensation turns into a hold, and diagnostics WARN
+"commands stale" until commands return. The gripper keeps its last opening.
+Commands are read between step batches, hence ``max_catchup_s < command_timeout_s``.
+Malformed commands (wrong length, NaN/inf, a multi-array layout other than one
+dimension of the data's length) are rejected; efforts beyond the joint limits
+and openings beyond the stroke are clamped by the scene. Both are counted per
+reason on ``/diagnostics`` and logged throttled per reason. Rates on ``/diagnostics``
+are per wall-clock second; ``real_time_factor`` there is the achieved one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+
+import numpy as np
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rclpy.clock import Clock, ClockType
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, QoSProfile
+from rosgraph_msgs.msg import Clock as ClockMsg
+from sensor_msgs.msg import CameraInfo, Image, JointState
+from std_msgs.msg import Float64MultiArray, Header, String
+from std_srvs.srv import Trigger
+
+from diffusion_policy_ros.control import PdTrackerConfig
+from diffusion_policy_ros.monitoring import RateMeter, RollingStats, ThrottledReasons
+from diffusion_policy_ros.ros.conversions import camera_info_msg, image_msg, ns_to_stamp
+from diffusion_policy_ros.ros.node_main import run_node
+from diffusion_policy_ros.ros.params import declare_config
+from diffusion_policy_ros.sim.runtime import SimulationRuntime
+from diffusion_policy_ros.sim.scene import ARM_JOINT_NAMES, JOINT_NAMES
+from diffusion_policy_ros.sim.sim_config import SimConfig
+from diffusion_policy_ros.sim.task import TaskState
+
+#: Optical frame of the colour camera, as the Azure Kinect driver names it.
+CAMERA_FRAME = "rgb_camera_link"
+#: ``/diagnostics`` keys of the episode report entries that do not read well as episode_<key>.
+_EPISODE_KEYS = {"episode": "episode", "sim_time_s": "sim_time_s"}
+
+
+def command_values(msg: Float64MultiArray, expected: int) -> tuple[np.ndarray | None, str, str]:
+    """(values, '', '') of a ros2_control-style command, or (None, reason, detail).
+
+    The layout may be empty (what ``JointGroupEffortController`` users send) or
+    one dimension whose size is the data length, with no data offset.
+    """
+    data = np.asarray(msg.data, dtype=np.float64)
+    dims = msg.layout.dim
+    if msg.layout.data_offset or len(dims) > 1 or (dims and dims[0].size != data.size):
+        layout = [(d.label, d.size, d.stride) for d in dims]
+        return None, "bad_layout", (f"layout {layout} offset {msg.layout.data_offset} is not "
+                                    f"one dimension of {data.size} values")
+    if data.size != expected:
+        return None, "wrong_length", f"{data.size} values, expected {expected}"
+    if not np.all(np.isfinite(data)):
+        return None, "non_finite", f"values {data.tolist()}"
+    return data, "", ""
+
+
+def episode_status(state: TaskState) -> str:
+    if state.success:
+        return "success"
+    if state.wrong_object is not None:
+        return "wrong_object"
+    return "timeout" if state.timed_out else "running"
+
+
+def episode_report(state: TaskState, episode: int, seed: int, sim_time_s: float) -> dict:
+    """What ``sim/episode`` carries (as JSON) and ``/diagnostics`` repeats."""
+    return {"episode": episode, "seed": seed, "status": episode_status(state),
+            "target": state.target, "instruction": state.instruction,
+            "success": state.success, "wrong_object": state.wrong_object or "",
+            "timed_out": state.timed_out, "elapsed_s": round(state.elapsed_s, 4),
+            "sim_time_s": round(sim_time_s, 4)}
+
+
+class SimNode(Node):
+    def __init__(self, **kwargs):
+        super().__init__("sim_node", **kwargs)
+        self.config: SimConfig = declare_config(self, SimConfig)
+        cfg = self.config
+        # The tracker inside the runtime is GraspEnv's; here pd_tracker_node sends efforts.
+        self.runtime = SimulationRuntime(cfg, tracker_config=PdTrackerConfig())
+        scene = self.runtime.scene
+        self.dt = scene.timestep_s
+        self._effort_limits = scene.effort_limits_nm
+        self._gripper_range = scene.gripper_range_m
+        self._zero_effort = np.zeros(len(ARM_JOINT_NAMES))
+        self._js_period_s = 1.0 / cfg.joint_state_rate_hz
+        self._max_batch = max(1, int(round(cfg.max_catchup_s / self.dt)))
+        self.rejects = ThrottledReasons(period_s=2.0)
+        self.clamps = ThrottledReasons(period_s=2.0)
+        self.rates = {name: RateMeter() for name in ("joint_states", "camera", "commands")}
+        self.loop_ms = RollingStats(window=2000)
+        self.render_ms = RollingStats(window=300)
+
+        # Episode and command state (all callbacks run in one thread: no locks).
+        self._offset_s = 0.0
+        self._episode = 0
+        self._status = ""
+        self._effort: np.ndarray | None = None
+        self._last_command_s: float | None = None
+        self._stale = False
+        self.command_timeouts = 0
+        self._gripper_m = float(scene.joint_positions()[6])
+        self._next_js_s = 0.0
+        # Loop pacing and stamps.
+        self._last_wall: float | None = None
+        self._debt_s = 0.0
+        self._last_stamp_ns = 0
+        self._stamp_ns = 0
+        self.steps_total = 0
+        self.steps_dropped = 0
+        self._window = (time.monotonic(), 0.0)
+
+        self._steady = Clock(clock_type=ClockType.STEADY_TIME)
+        sensor_qos = QoSProfile(depth=5)
+        latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        self.joint_pub = self.create_publisher(JointState, "joint_states", QoSProfile(depth=10))
+        self.color_pub = self.create_publisher(Image, "camera/rgb/image_raw", sensor_qos)
+        self.depth_pub = self.create_publisher(Image, "camera/depth_to_rgb/image_raw", sensor_qos)
+        self.info_pub = self.create_publisher(CameraInfo, "camera/rgb/camera_info", sensor_qos)
+        self.instruction_pub = self.create_publisher(String, "instruction", latched)
+        self.episode_pub = self.create_publisher(String, "sim/episode", latched)
+        self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", QoSProfile(depth=10))
+        # Reliable depth 1 matches rclpy's / rclcpp's best-effort /clock subscriptions too.
+        self.clock_pub = (self.create_publisher(ClockMsg, "/clock", QoSProfile(depth=1))
+                          if cfg.publish_clock else None)
+        self.create_subscription(Float64MultiArray, "arm_controller/commands", self._on_effort,
+                                 QoSProfile(depth=1))
+        self.create_subscription(Float64MultiArray, "gripper_controller/commands",
+                                 self._on_gripper, QoSProfile(depth=1))
+        self.create_service(Trigger, "~/reset", self._on_reset)
+
+        self._start_episode()
+        loop_period_s = max(0.001, self.dt / cfg.real_time_factor)
+        self.create_timer(loop_period_s, self._loop, clock=self._steady)
+        self.create_timer(cfg.diagnostics_period_s, self._publish_diagnostics, clock=self._steady)
+        if self.get_parameter("use_sim_time").value and not cfg.publish_clock:
+            self.get_logger().warning(
+                "use_sim_time is true but publish_clock is false: stamps follow an external "
+                "/clock (the physics still paces itself on the wall clock)")
+        width, height = cfg.resolution
+        self.get_logger().info(
+            f"sim_node ready: {width}x{height} camera at {cfg.camera_rate_hz:.0f} Hz, "
+            f"joint_states at {cfg.joint_state_rate_hz:.0f} Hz, real-time factor "
+            f"{cfg.real_time_factor:g}, {'sim time on /clock' if cfg.publish_clock else 'ROS time'}"
+            f" stamps")
+
+    # -- clocks -------------------------------------------------------------------------------
+
+    def sim_time_s(self) -> float:
+        """Sim clock: continuous across episodes (the runtime's restarts at 0 each reset)."""
+        return self._offset_s + self.runtime.time_s
+
+    def _ros_stamp_ns(self, back_s: float = 0.0) -> int:
+        ns = self.get_clock().now().nanoseconds - int(back_s * 1e9)
+        ns = max(ns, self._last_stamp_ns + 1)
+        self._last_stamp_ns = ns
+        return ns
+
+    def _stamp(self):
+        if self.config.publish_clock:
+            return ns_to_stamp(round(self.sim_time_s() * 1e9))
+        return ns_to_stamp(self._stamp_ns)
+
+    def _publish_clock(self) -> None:
+        if self.clock_pub is not None:
+            self.clock_pub.publish(ClockMsg(clock=self._stamp()))
+
+    # -- episodes -----------------------------------------------------------------------------
+
+    def _start_episode(self) -> None:
+        # One physics step after the previous episode's last instant (never 0 = "unset").
+        self._offset_s = self.sim_time_s() + self.dt if self._episode else self.dt
+        state = self.runtime.reset()
+        self._episode += 1
+        self._effort = None  # the arm was teleported home: efforts for the old pose are void
+        self._gripper_m = float(self.runtime.scene.joint_positions()[6])
+        self._next_js_s = self.sim_time_s()
+        self._status = ""
+        if not self.config.publish_clock:
+            self._stamp_ns = self._ros_stamp_ns()
+        if self.config.publish_instruction:
+            self.instruction_pub.publish(String(data=state.instruction))
+        self._after_step(state)
+        self._publish_clock()
+        self.get_logger().info(f"episode {self._episode} (seed {self.runtime.episode_seed}): "
+                               f"'{state.instruction}' -> {state.target}")
+
+    def _on_reset(self, request: Trigger.Request, response: Trigger.Response):
+        self._start_episode()
+        state = self.runtime.task_state
+        response.success = True
+        response.message = (f"episode {self._episode} seed {self.runtime.episode_seed}: "
+                            f"{state.instruction}")
+        return response
+
+    def _publish_episode(self, state: TaskState) -> None:
+        report = episode_report(state, self._episode, self.runtime.episode_seed,
+                                self.sim_time_s())
+        self.episode_pub.publish(String(data=json.dumps(report)))
+        if report["status"] != "running":
+            self.get_logger().info(f"episode {self._episode} ended: {report['status']} after "
+                                   f"{state.elapsed_s:.2f} s")
+
+    # -- commands -----------------------------------------------------------------------------
+
+    def _reject(self, reason: str, message: str) -> None:
+        if self.rejects.record(reason, time.monotonic()):
+            self.get_logger().error(f"rejected {message} [{self.rejects.counts[reason]} so far]")
+
+    def _clamped(self, reason: str, message: str) -> None:
+        if self.clamps.record(reason, time.monotonic()):
+            self.get_logger().warning(f"{message} [{self.clamps.counts[reason]} so far]")
+
+    def _on_effort(self, msg: Float64MultiArray) -> None:
+        values, reason, detail = command_values(msg, len(ARM_JOINT_NAMES))
+        if values is None:
+            self._reject(f"effort_{reason}", f"arm command ({reason}): {detail}")
+            return
+        low, high = self._effort_limits[:, 0], self._effort_limits[:, 1]
+        if np.any(values < low) or np.any(values > high):
+            self._clamped("effort_clamped", f"arm efforts {values.tolist()} clamped to the "
+                          f"joint effort limits {high.tolist()} N m")
+        self.rates["commands"].tick(time.monotonic())
+        self._effort = values
+        self._last_command_s = self.sim_time_s()
+        if self._stale:
+            self._stale = False
+            self.get_logger().info("arm commands resumed")
+
+    def _on_gripper(self, msg: Float64MultiArray) -> None:
+        values, reason, detail = command_values(msg, 1)
+        if values is None:
+            self._reject(f"gripper_{reason}", f"gripper command ({reason}): {detail}")
+            return
+        opening = float(values[0])
+        low, high = self._gripper_range
+        if not low <= opening <= high:
+            self._clamped("gripper_clamped", f"gripper opening {opening} m clamped to "
+                          f"[{low}, {high}] m")
+        self._gripper_m = opening
+
+    def _applied_effort(self) -> np.ndarray:
+        if self._last_command_s is not None and not self._stale and \
+                self.sim_time_s() - self._last_command_s > self.config.command_timeout_s:
+            self._stale = True
+            self.command_timeouts += 1
+            self.get_logger().warning(
+                f"arm commands stale (none for {self.config.command_timeout_s} s of sim time): "
+                "zero effort, gravity compensation holds the arm")
+        if self._stale or self._effort is None:
+            return self._zero_effort
+        return self._effort
+
+    # -- loop ---------------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        wall = time.monotonic()
+        if self._last_wall is None:
+            self._last_wall = wall
+            return
+        self._debt_s += (wall - self._last_wall) * self.config.real_time_factor
+        self._last_wall = wall
+        n = int(self._debt_s / self.dt + 1e-6)
+        if n > self._max_batch:
+            self.steps_dropped += n - self._max_batch
+            self._debt_s -= (n - self._max_batch) * self.dt
+            n = self._max_batch
+        if n == 0:
+            return
+        self._debt_s -= n * self.dt
+        pace_s = self.dt / self.config.real_time_factor
+        for k in range(n):
+            if not self.config.publish_clock:
+                self._stamp_ns = self._ros_stamp_ns((n - 1 - k) * pace_s)
+            state = self.runtime.step(self._applied_effort(), self._gripper_m)
+            self.steps_total += 1
+            self._after_step(state)
+        self._publish_clock()
+        self.loop_ms.add((time.monotonic() - wall) * 1e3)
+
+    def _after_step(self, state: TaskState) -> None:
+        now = self.sim_time_s()
+        if now >= self._next_js_s - 1e-9:
+            self._next_js_s = (math.floor(now / self._js_period_s + 1e-9) + 1) * self._js_period_s
+            self._publish_joint_states()
+        if self.runtime.frame_due():
+            self._publish_frame()
+        status = episode_status(state)
+        if status != self._status:
+            self._status = status
+            self._publish_episode(state)
+            if state.done and self.config.auto_reset:
+                self._start_episode()
+
+    def _publish_joint_states(self) -> None:
+        scene = self.runtime.scene
+        msg = JointState(name=list(JOINT_NAMES))
+        msg.header.stamp = self._stamp()
+        msg.position = scene.joint_positions().tolist()
+        msg.velocity = scene.joint_velocities().tolist()
+        msg.effort = scene.joint_efforts().tolist()
+        self.joint_pub.publish(msg)
+        self.rates["joint_states"].tick(time.monotonic())
+
+    def _publish_frame(self) -> None:
+        start = time.perf_counter()
+        frame = self.runtime.render_frame()
+        header = Header(stamp=self._stamp(), frame_id=CAMERA_FRAME)
+        self.info_pub.publish(camera_info_msg(frame.camera, header))
+        self.color_pub.publish(image_msg(frame.color, header))
+        self.depth_pub.publish(image_msg(frame.depth, header))
+        self.render_ms.add((time.perf_counter() - start) * 1e3)
+        self.rates["camera"].tick(time.monotonic())
+
+    # -- diagnostics --------------------------------------------------------------------------
+
+    def _publish_diagnostics(self) -> None:
+        cfg = self.config
+        wall, sim = time.monotonic(), self.sim_time_s()
+        wall0, sim0 = self._window
+        self._window = (wall, sim)
+        rtf = (sim - sim0) / max(1e-9, wall - wall0)
+        rates = {name: meter.rate_hz(wall) for name, meter in self.rates.items()}
+        state = self.runtime.task_state
+        report = episode_report(state, self._episode, self.runtime.episode_seed, sim)
+        problems = []
+        if self._stale:
+            age = sim - self._last_command_s
+            problems.append(f"commands stale ({age:.2f} s without an arm command): holding")
+        if rtf < 0.9 * cfg.real_time_factor:
+            problems.append(f"real-time factor {rtf:.2f}, below {cfg.real_time_factor:g}")
+        status = DiagnosticStatus(name=f"{self.get_name()}: simulation", hardware_id="sim")
+        if problems:
+            status.level, status.message = DiagnosticStatus.WARN, "; ".join(problems)
+        elif self._last_command_s is None:
+            status.level, status.message = DiagnosticStatus.OK, "no arm commands yet: holding"
+        else:
+            status.level, status.message = DiagnosticStatus.OK, f"episode {report['status']}"
+        command_age = "nan" if self._last_command_s is None else f"{sim - self._last_command_s:.4f}"
+        values = {
+            **{_EPISODE_KEYS.get(k, f"episode_{k}"): v if isinstance(v, str) else json.dumps(v)
+               for k, v in report.items()},
+            "episode_time_s": f"{self.runtime.time_s:.4f}",
+            "real_time_factor": f"{rtf:.3f}",
+            "real_time_factor_target": f"{cfg.real_time_factor:g}",
+            **{f"{name}_rate_hz": f"{r:.1f}" for name, r in rates.items()},
+            "steps_total": str(self.steps_total),
+            "steps_dropped": str(self.steps_dropped),
+            "loop_ms_p50": f"{self.loop_ms.percentile(50):.3f}",
+            "loop_ms_p99": f"{self.loop_ms.percentile(99):.3f}",
+            "render_ms_p50": f"{self.render_ms.percentile(50):.3f}",
+            "render_ms_p99": f"{self.render_ms.percentile(99):.3f}",
+            "commands_stale": str(self._stale).lower(),
+            "command_age_s": command_age,
+            "command_timeouts": str(self.command_timeouts),
+            "gripper_target_m": f"{self._gripper_m:.4f}",
+            **{f"rejected_{r}": str(n) for r, n in sorted(self.rejects.counts.items())},
+            **{r: str(n) for r, n in sorted(self.clamps.counts.items())},
+        }
+        status.values = [KeyValue(key=k, value=v) for k, v in values.items()]
+        msg = DiagnosticArray(status=[status])
+        msg.header.stamp = (self._stamp() if cfg.publish_clock
+                            else self.get_clock().now().to_msg())
+        self.diag_pub.publish(msg)
+
+    def destroy_node(self):
+        runtime = getattr(self, "runtime", None)  # absent when the parameters were invalid
+        if runtime is not None:
+            runtime.close()
+        return super().destroy_node()
+
+
+def main(args=None) -> None:
+    run_node(SimNode, "sim_node", args)
+
+
+if __name__ == "__main__":
+    main()

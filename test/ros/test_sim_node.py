@@ -1,0 +1,355 @@
+"""sim_node in its own process: rates, latched instruction, commands, watchdog, reset, clock."""
+
+import json
+import math
+import time
+
+import numpy as np
+import pytest
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from rosgraph_msgs.msg import Clock
+from sensor_msgs.msg import CameraInfo, Image, JointState
+from std_msgs.msg import Float64MultiArray, MultiArrayDimension, String
+from std_srvs.srv import Trigger
+
+from diffusion_policy_ros.config import CONFIG_DIR, load_config
+from diffusion_policy_ros.perception.pipeline import RgbdObservationPipeline, RgbdSyncConfig
+from diffusion_policy_ros.ros.conversions import camera_model, raw_image, stamp_to_ns
+from diffusion_policy_ros.ros.sim_node import command_values, episode_report, episode_status
+from diffusion_policy_ros.sim.scene import JOINT_NAMES
+from diffusion_policy_ros.sim.sim_config import SimConfig
+from diffusion_policy_ros.sim.task import TaskState
+
+pytestmark = pytest.mark.ros
+SIM_PARAMS = ["--params-file", str(CONFIG_DIR / "sim.yaml")]
+LATCHED = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+
+
+class SimHarness:
+    """Subscribes to everything sim_node publishes; publishes commands."""
+
+    def __init__(self, ros, camera=True):
+        self.ros = ros
+        node = ros.node
+        self.joint_states = []  # (stamp_ns, wall_s, positions, efforts)
+        self.frames = {}  # stamp_ns -> {"rgb": Image, "depth": Image, "info": CameraInfo}
+        self.frame_wall_s = []
+        self.diags, self.episodes, self.instructions, self.clock = [], [], [], []
+        node.create_subscription(JointState, "joint_states", self._on_joint_states,
+                                 QoSProfile(depth=1000))
+        if camera:
+            for key, kind, topic in (("rgb", Image, "camera/rgb/image_raw"),
+                                     ("depth", Image, "camera/depth_to_rgb/image_raw"),
+                                     ("info", CameraInfo, "camera/rgb/camera_info")):
+                node.create_subscription(kind, topic, lambda m, k=key: self._on_frame(k, m),
+                                         QoSProfile(depth=5))
+        node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics,
+                                 QoSProfile(depth=50))
+        node.create_subscription(String, "sim/episode",
+                                 lambda m: self.episodes.append(json.loads(m.data)), LATCHED)
+        node.create_subscription(String, "instruction",
+                                 lambda m: self.instructions.append(m.data), LATCHED)
+        # As rclpy's TimeSource subscribes: best effort, depth 1.
+        node.create_subscription(
+            Clock, "/clock", lambda m: self.clock.append((time.monotonic(),
+                                                          stamp_to_ns(m.clock))),
+            QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT))
+        self.effort_pub = node.create_publisher(Float64MultiArray, "arm_controller/commands",
+                                                QoSProfile(depth=1))
+        self.gripper_pub = node.create_publisher(Float64MultiArray,
+                                                 "gripper_controller/commands",
+                                                 QoSProfile(depth=1))
+
+    def _on_joint_states(self, msg):
+        assert list(msg.name) == list(JOINT_NAMES)
+        self.joint_states.append((stamp_to_ns(msg.header.stamp), time.monotonic(),
+                                  list(msg.position), list(msg.effort)))
+
+    def _on_frame(self, key, msg):
+        stamp = stamp_to_ns(msg.header.stamp)
+        self.frames.setdefault(stamp, {})[key] = msg
+        if key == "rgb":
+            self.frame_wall_s.append(time.monotonic())
+        while len(self.frames) > 8:  # 1.4 MB a frame: keep the last few
+            del self.frames[min(self.frames)]
+
+    def _on_diagnostics(self, msg):
+        self.diags.extend(s for s in msg.status if s.name.startswith("sim_node"))
+        del self.diags[:-5]
+
+    def diagnostics(self):
+        if not self.diags:
+            return None, "", {}
+        s = self.diags[-1]
+        return s.level, s.message, {kv.key: kv.value for kv in s.values}
+
+    def value(self, key, default="0"):
+        return self.diagnostics()[2].get(key, default)
+
+    def q(self):
+        return np.array(self.joint_states[-1][2])
+
+    def effort(self, values, layout_sizes=()):
+        msg = Float64MultiArray(data=[float(v) for v in values])
+        msg.layout.dim = [MultiArrayDimension(label="joints", size=s, stride=s)
+                          for s in layout_sizes]
+        self.effort_pub.publish(msg)
+
+    def command_for(self, duration_s, effort, period_s=0.005):
+        """Publish a constant effort at 200 Hz (a paced loop, like a tracker)."""
+        end = time.monotonic() + duration_s
+        while time.monotonic() < end:
+            self.effort(effort)
+            self.ros.spin_for(period_s)
+
+    def command_until(self, effort, predicate, timeout_s, what):
+        """Keep commanding at 200 Hz until ``predicate()`` (fails after ``timeout_s``)."""
+        end = time.monotonic() + timeout_s
+        while not predicate():
+            if time.monotonic() > end:
+                text = what() if callable(what) else what
+                raise AssertionError(f"timed out after {timeout_s} s waiting for {text}")
+            self.effort(effort)
+            self.ros.spin_for(0.005)
+
+    def send_until(self, send, predicate, what, attempts=5):
+        """Resend (reliable depth-1 queues can drop a sample on a busy 2-core machine)."""
+        for attempt in range(attempts):
+            send()
+            if attempt == attempts - 1:
+                self.ros.spin_until(predicate, 3.0, what)
+            elif self.ros.wait_for(predicate, 3.0):
+                return
+
+
+def rate_over(ros, count, window_s=2.0):
+    """(events per wall second, wall window) for a callable returning a running count."""
+    start, t0 = count(), time.monotonic()
+    ros.spin_for(window_s)
+    elapsed = time.monotonic() - t0
+    return (count() - start) / elapsed
+
+
+def measure(ros, count, low, high, tries=3):
+    """Rate within [low, high] in one of ``tries`` windows (a busy machine can stall one)."""
+    rates = []
+    for _ in range(tries):
+        rates.append(rate_over(ros, count))
+        if low <= rates[-1] <= high:
+            return rates[-1]
+    raise AssertionError(f"rate {rates} outside [{low}, {high}]")
+
+
+@pytest.fixture
+def sim_node(start_node):
+    return start_node("diffusion_policy_ros.ros.sim_node",
+                      SIM_PARAMS + ["-p", "diagnostics_period_s:=0.2"])
+
+
+def test_sim_node_streams_obeys_commands_and_resets(ros, sim_node):
+    h = SimHarness(ros)
+    log = sim_node.log
+    ros.spin_until(lambda: h.effort_pub.get_subscription_count() > 0
+                   and h.gripper_pub.get_subscription_count() > 0
+                   and len(h.joint_states) > 50 and h.frames and h.episodes and h.diags, 30.0,
+                   lambda: "sim_node streams:\n" + log())
+
+    # Rates: joint_states 500 Hz and camera 30 Hz, as counted here and by the node itself.
+    js_rate = measure(ros, lambda: len(h.joint_states), 400.0, 600.0)
+    cam_rate = measure(ros, lambda: len(h.frame_wall_s), 24.0, 36.0)
+    ros.spin_until(lambda: 400 < float(h.value("joint_states_rate_hz")) < 600
+                   and 24 < float(h.value("camera_rate_hz")) < 36, 5.0,
+                   lambda: f"rates in diagnostics: {h.diagnostics()}")
+    stamps = [s for s, *_ in h.joint_states]
+    assert all(b > a for a, b in zip(stamps, stamps[1:], strict=False)), "stamps must increase"
+    print(f"measured: joint_states {js_rate:.0f} Hz, camera {cam_rate:.1f} Hz, diagnostics "
+          f"{h.value('joint_states_rate_hz')} / {h.value('camera_rate_hz')} Hz, loop p99 "
+          f"{h.value('loop_ms_p99')} ms, render p50 {h.value('render_ms_p50')} ms")
+
+    # Instruction: latched, so a subscriber that comes long after the episode start gets it.
+    late = []
+    ros.node.create_subscription(String, "instruction", lambda m: late.append(m.data), LATCHED)
+    ros.spin_until(lambda: late, 10.0, "latched instruction for a late subscriber")
+    episode = h.episodes[-1]
+    assert late == [episode["instruction"]] and episode["status"] == "running"
+    assert episode["episode"] == 1 and episode["seed"] == SimConfig().seed
+
+    # A camera frame runs through rgbd_sync_node's pipeline: the sim camera sits exactly
+    # where config/rgbd_sync.yaml's extrinsics say, so the table lands on z = 0.
+    ros.spin_until(lambda: any(len(f) == 3 for f in h.frames.values()), 10.0, "a full frame")
+    frame = h.frames[max(s for s, f in h.frames.items() if len(f) == 3)]
+    color, depth, info = frame["rgb"], frame["depth"], frame["info"]
+    assert (color.encoding, depth.encoding) == ("bgra8", "16UC1")
+    assert (color.width, color.height) == tuple(SimConfig().resolution)
+    assert color.header.frame_id == depth.header.frame_id == info.header.frame_id \
+        == "rgb_camera_link"
+    pipeline = RgbdObservationPipeline(load_config(RgbdSyncConfig, CONFIG_DIR / "rgbd_sync.yaml",
+                                                   "rgbd_sync_node"))
+    pipeline.set_camera(camera_model(info))
+    obs = pipeline.process(raw_image(color), raw_image(depth))
+    assert obs.num_valid > 100 and obs.points[:, 2].min() >= -0.01
+    assert ((obs.points[:, 2] > 0.005) & (obs.points[:, 2] < 0.1)).sum() > 20  # objects
+    points, _ = pipeline.full_cloud(raw_image(color), raw_image(depth))
+    # Floor and legs show below the table's front edge (x = 1 m, nearest the camera) up to
+    # x ~ 0.77 m; everywhere else over the table top only the table, objects and arm are seen.
+    over_table = points[(points[:, 0] > -0.2) & (points[:, 0] < 0.7)
+                        & (np.abs(points[:, 1]) < 0.7)]
+    assert over_table.shape[0] > 1000 and over_table[:, 2].min() >= -0.01
+    table = over_table[np.abs(over_table[:, 2]) < 0.01]
+    assert table.shape[0] > 0.5 * over_table.shape[0]
+    assert abs(float(np.median(table[:, 2]))) < 0.003
+
+    # Zero effort: gravity compensation alone holds the arm where it is.
+    q0 = h.q()
+    h.command_for(0.5, [0.0] * 6)
+    assert np.abs(h.q() - q0)[:6].max() < 2e-3, (q0, h.q())
+    h.command_until([0.0] * 6, lambda: h.value("commands_stale") == "false"
+                    and float(h.value("command_age_s", "nan")) < 0.1, 5.0,
+                    lambda: f"fresh commands on diagnostics: {h.diagnostics()}")
+
+    # A constant effort on joint_1 turns the arm about the vertical axis.
+    q0, n_before = h.q(), len(h.joint_states)
+    h.command_for(0.4, [10.0, 0, 0, 0, 0, 0])
+    assert h.q()[0] - q0[0] > 0.05, (q0, h.q())
+    # joint_1 carries no gravity torque: it reports exactly the commanded effort (a stall of
+    # this process longer than command_timeout_s may show a stale zero now and then).
+    pushed = [e[0] for *_, e in h.joint_states[n_before:]]
+    assert sum(abs(e - 10.0) < 1e-6 for e in pushed) > 0.5 * len(pushed), pushed
+
+    # Commands stop: WARN "commands stale" and zero effort (joint_1 coasts; without any
+    # stiffness the moving arm's coupled joints swing along: holding is checked after reset).
+    ros.spin_until(lambda: h.diagnostics()[0] == DiagnosticStatus.WARN
+                   and "commands stale" in h.diagnostics()[1], 5.0,
+                   lambda: f"stale commands on diagnostics: {h.diagnostics()}")
+    assert int(h.value("command_timeouts")) >= 1 and h.value("commands_stale") == "true"
+    ros.spin_until(lambda: abs(h.joint_states[-1][3][0]) < 1e-6, 2.0, "zero effort on joint_1")
+    assert "arm commands stale" in log()
+
+    # Malformed commands are rejected and counted per reason; clamped ones are counted.
+    nan6 = [0.0, math.nan, 0.0, 0.0, 0.0, 0.0]
+    cases = {
+        "rejected_effort_wrong_length": lambda: h.effort([1.0, 2.0, 3.0]),
+        "rejected_effort_non_finite": lambda: h.effort(nan6),
+        "rejected_effort_bad_layout": lambda: h.effort([0.0] * 6, layout_sizes=(2, 3)),
+        "rejected_gripper_wrong_length": lambda: h.gripper_pub.publish(
+            Float64MultiArray(data=[0.01, 0.02])),
+        "rejected_gripper_non_finite": lambda: h.gripper_pub.publish(
+            Float64MultiArray(data=[math.inf])),
+        "gripper_clamped": lambda: h.gripper_pub.publish(Float64MultiArray(data=[0.5])),
+    }
+    for key, send in cases.items():
+        before = int(h.value(key))
+        h.send_until(send, lambda k=key, n=before: int(h.value(k)) > n,
+                     lambda k=key: f"{k} counted: {h.diagnostics()}\n{log()}")
+    assert float(h.value("gripper_target_m")) == 0.5  # the scene clamps it to the stroke
+    assert h.value("commands_stale") == "true", "rejected commands must not refresh the watchdog"
+    assert sim_node.alive(), log()
+    assert "rejected arm command (wrong_length)" in log()
+
+    # ~/reset: next seed, new instruction (latched), episode time restarts, arm back home.
+    episode_time = float(h.value("episode_time_s"))
+    n_instructions = len(h.instructions)
+    client = ros.node.create_client(Trigger, "sim_node/reset")
+    ros.spin_until(client.service_is_ready, 10.0, "the ~/reset service")
+    future = client.call_async(Trigger.Request())
+    ros.spin_until(future.done, 10.0, "the reset response")
+    assert future.result().success, future.result().message
+    ros.spin_until(lambda: h.episodes[-1]["episode"] == 2 and h.value("episode") == "2"
+                   and len(h.instructions) > n_instructions, 10.0,
+                   lambda: f"episode 2: {h.episodes[-1]} {h.diagnostics()}")
+    episode = h.episodes[-1]
+    assert episode["seed"] == SimConfig().seed + 1 and episode["status"] == "running"
+    assert h.instructions[-1] == episode["instruction"]
+    assert episode["instruction"] in future.result().message
+    assert float(h.value("episode_time_s")) < episode_time
+    assert float(h.value("gripper_target_m")) == pytest.approx(0.085)
+    stamps = [s for s, *_ in h.joint_states]
+    assert all(b > a for a, b in zip(stamps, stamps[1:], strict=False))
+
+    # Still no arm commands: the arm, at rest at home, holds on gravity compensation alone.
+    assert h.value("commands_stale") == "true" and h.diagnostics()[0] == DiagnosticStatus.WARN
+    q_home = h.q()
+    n_before = len(h.joint_states)
+    ros.spin_for(0.5)
+    assert np.abs(h.q() - q_home)[:6].max() < 2e-3, (q_home, h.q())
+    assert abs(h.joint_states[-1][3][0]) < 1e-6 and len(h.joint_states) > n_before + 100
+    assert sim_node.alive(), log()
+
+
+def test_sim_clock_runs_at_real_time_factor_and_episodes_auto_reset(ros, start_node):
+    # 60 frames a second of wall time at 2x: a small image keeps rendering cheap on 2 cores.
+    # use_sim_time on the clock source itself: its loop runs on the steady clock, no deadlock.
+    node = start_node("diffusion_policy_ros.ros.sim_node", SIM_PARAMS + [
+        "-p", "use_sim_time:=true", "-p", "publish_clock:=true", "-p", "real_time_factor:=2.0",
+        "-p", "resolution:=[320, 180]", "-p", "time_limit_s:=1.0", "-p", "auto_reset:=true",
+        "-p", "diagnostics_period_s:=0.5"])
+    h = SimHarness(ros, camera=False)
+    ros.spin_until(lambda: len(h.clock) > 10 and len(h.joint_states) > 10, 30.0,
+                   lambda: "/clock:\n" + node.log())
+
+    ratios = []
+    for _ in range(3):  # a busy machine may stall one window
+        wall0, sim0 = h.clock[-1]
+        ros.spin_for(2.0)
+        wall1, sim1 = h.clock[-1]
+        ratios.append((sim1 - sim0) * 1e-9 / (wall1 - wall0))
+        if 1.7 < ratios[-1] < 2.3:
+            break
+    else:
+        raise AssertionError(f"sim/wall ratios {ratios}, expected 2; {h.diagnostics()}")
+    print(f"measured: /clock advances {ratios[-1]:.2f}x wall time, diagnostics "
+          f"{h.value('real_time_factor')}, joint_states {h.value('joint_states_rate_hz')} Hz")
+    # Every stamp is sim time: joint_states agree with /clock, not with the wall clock.
+    assert abs(h.joint_states[-1][0] - h.clock[-1][1]) < 0.2e9
+    stamps = [s for s, *_ in h.joint_states]
+    assert all(b > a for a, b in zip(stamps, stamps[1:], strict=False))
+    # 1 s episodes at 2x: each times out and the next one starts by itself.
+    ros.spin_until(lambda: h.episodes[-1]["episode"] >= 3, 10.0,
+                   lambda: f"auto reset: {h.episodes}")
+    ended = [e for e in h.episodes if e["status"] != "running"]
+    assert ended and all(e["status"] == "timeout" and e["elapsed_s"] >= 1.0 for e in ended)
+    assert len(h.instructions) >= 2
+    assert node.alive(), node.log()
+
+
+def test_invalid_parameters_fail_fast(start_node):
+    proc = start_node("diffusion_policy_ros.ros.sim_node",
+                      SIM_PARAMS + ["-p", "resolution:=[640]"])
+    assert proc.proc.wait(60) == 2
+    assert "resolution" in proc.log()
+    proc = start_node("diffusion_policy_ros.ros.sim_node",
+                      SIM_PARAMS + ["-p", "max_catchup_s:=0.2"])
+    assert proc.proc.wait(60) == 2
+    assert "max_catchup_s" in proc.log()
+
+
+def test_command_validation_and_episode_report():
+    def msg(data, sizes=(), offset=0):
+        m = Float64MultiArray(data=data)
+        m.layout.dim = [MultiArrayDimension(size=s, stride=s) for s in sizes]
+        m.layout.data_offset = offset
+        return m
+
+    values, reason, _ = command_values(msg([1.0] * 6), 6)
+    assert reason == "" and values.tolist() == [1.0] * 6
+    assert command_values(msg([1.0] * 6, (6,)), 6)[1] == ""
+    assert command_values(msg([1.0] * 5), 6)[1] == "wrong_length"
+    assert command_values(msg([]), 1)[1] == "wrong_length"
+    assert command_values(msg([math.nan]), 1)[1] == "non_finite"
+    assert command_values(msg([0.0] * 5 + [-math.inf]), 6)[1] == "non_finite"
+    assert command_values(msg([1.0] * 6, (2, 3)), 6)[1] == "bad_layout"
+    assert command_values(msg([1.0] * 6, (7,)), 6)[1] == "bad_layout"
+    assert command_values(msg([1.0] * 6, (6,), offset=1), 6)[1] == "bad_layout"
+
+    base = TaskState("red_cube", "lift the red cube", 1.5, False, None, False, None)
+    assert episode_status(base) == "running"
+    assert episode_status(TaskState("red_cube", "", 2.0, True, None, False, 1.0)) == "success"
+    assert episode_status(TaskState("red_cube", "", 2.0, False, "blue_cube", False,
+                                    None)) == "wrong_object"
+    assert episode_status(TaskState("red_cube", "", 20.0, False, None, True, None)) == "timeout"
+    report = episode_report(base, 3, 7, 12.3456789)
+    assert json.loads(json.dumps(report)) == {
+        "episode": 3, "seed": 7, "status": "running", "target": "red_cube",
+        "instruction": "lift the red cube", "success": False, "wrong_object": "",
+        "timed_out": False, "elapsed_s": 1.5, "sim_time_s": 12.3457}
