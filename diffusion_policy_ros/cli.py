@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import sys
@@ -55,6 +56,37 @@ def _collect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _train(args: argparse.Namespace) -> int:
+    from diffusion_policy_ros.learning.train import train
+    from diffusion_policy_ros.learning.train_config import load_train_config
+    from diffusion_policy_ros.policy.configuration_diffusion import load_policy_config
+
+    config = load_train_config(args.train_config) if args.train_config else load_train_config()
+    overrides = {k: v for k, v in (("steps", args.steps), ("batch_size", args.batch_size),
+                                   ("max_minutes", args.max_minutes), ("device", args.device))
+                 if v is not None}
+    config = dataclasses.replace(config, **overrides)
+    try:
+        path = train(args.data, load_policy_config(args.config), config, args.out,
+                     resume=args.resume)
+    except FileExistsError as exc:
+        print(f"dpr train: {exc}", file=sys.stderr)
+        return 2
+    print(f"checkpoint: {path}")
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from diffusion_policy_ros.learning.evaluate import evaluate, write_report
+
+    summary, outcomes = evaluate(args.checkpoint, args.episodes, args.seed,
+                                 args.instructions, args.device, args.steps)
+    print(json.dumps(summary, indent=2))
+    if args.report:
+        write_report(args.report, summary, outcomes)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dpr", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -69,11 +101,35 @@ def build_parser() -> argparse.ArgumentParser:
     collect.add_argument("--config", help="sim params file (default config/sim.yaml)")
     collect.set_defaults(func=_collect)
 
+    train = sub.add_parser("train", help="train the diffusion policy from episode bags "
+                           "(run under torchrun for data parallel)")
+    train.add_argument("--data", required=True, help="directory of episode_* bags")
+    train.add_argument("--config", required=True, help="policy config, e.g. "
+                       "config/policy_unet.yaml")
+    train.add_argument("--out", required=True, help="run directory (log, checkpoint)")
+    train.add_argument("--train-config", help="optimisation settings (config/train.yaml)")
+    train.add_argument("--steps", type=int)
+    train.add_argument("--batch-size", type=int)
+    train.add_argument("--max-minutes", type=float)
+    train.add_argument("--device", choices=["auto", "cpu", "cuda", "npu"])
+    train.add_argument("--resume", action="store_true", help="continue the run in --out")
+    train.set_defaults(func=_train)
+
+    evaluation = sub.add_parser("eval", help="closed-loop policy evaluation in simulation")
+    evaluation.add_argument("--checkpoint", required=True)
+    evaluation.add_argument("--episodes", type=int, default=100)
+    evaluation.add_argument("--seed", type=int, default=0, help="seed of the first episode")
+    evaluation.add_argument("--instructions", choices=["task", "wrong"], default="task",
+                            help="wrong: give the instruction for another object")
+    evaluation.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda", "npu"])
+    evaluation.add_argument("--steps", type=int, help="DDIM steps (default: the checkpoint's)")
+    evaluation.add_argument("--report", help="write the per-episode JSON report here")
+    evaluation.set_defaults(func=_eval)
+
     expert = sub.add_parser("eval-expert", help="scripted expert success rate and speed",
                             add_help=False)
     expert.set_defaults(func=lambda args: _run_main("diffusion_policy_ros.sim.expert_eval",
-                                                    args.rest))
-    expert.add_argument("rest", nargs=argparse.REMAINDER)
+                                                    args.passthrough), passthrough=[])
 
     bench = sub.add_parser("bench", help="benchmarks that print their figures")
     bench_sub = bench.add_subparsers(dest="target", required=True)
@@ -90,6 +146,11 @@ def build_parser() -> argparse.ArgumentParser:
     blending = bench_sub.add_parser("blending", help="chunk blending strategies on a seeded "
                                     "latency-jittered stream: tracking error and jerk")
     blending.set_defaults(func=lambda args: _run_main("diffusion_policy_ros.control.blending"))
+    policy = bench_sub.add_parser("policy", help="per-stage policy latency (U-Net and DiT, "
+                                  "DDIM 100 and 10); options as python -m "
+                                  "diffusion_policy_ros.policy.benchmark", add_help=False)
+    policy.set_defaults(func=lambda args: _run_main("diffusion_policy_ros.policy.benchmark",
+                                                    args.passthrough), passthrough=[])
     tick = bench_sub.add_parser("tick", help="PdTracker tick and submit_chunk time (no ROS)")
     tick.set_defaults(func=lambda args: _run_main("diffusion_policy_ros.control.benchmark"))
 
@@ -102,7 +163,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if getattr(args, "passthrough", None) is not None:
+        args.passthrough = extra  # options of a module's own main(), e.g. --episodes
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     return args.func(args)
 
 

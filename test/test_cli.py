@@ -2,15 +2,26 @@
 
 import pytest
 
-from diffusion_policy_ros.cli import build_parser
+from diffusion_policy_ros.cli import build_parser, main
 
 
 @pytest.mark.parametrize("argv", [["bench", "perception", "--frames", "3"], ["bench", "tracker"],
                                   ["bench", "blending"], ["bench", "tick"],
+                                  ["bench", "policy", "--repeats", "3"],
+                                  ["collect", "--episodes", "1", "--out", "x"],
+                                  ["train", "--data", "d", "--config", "c", "--out", "o"],
+                                  ["eval", "--checkpoint", "c", "--episodes", "2"],
+                                  ["eval-expert", "--episodes", "2"],
                                   ["sync-demo", "--seconds", "1"]])
 def test_subcommands_parse(argv):
-    args = build_parser().parse_args(argv)
+    args, extra = build_parser().parse_known_args(argv)
     assert callable(args.func)
+    assert not extra or args.passthrough is not None
+
+
+def test_unknown_option_is_an_error():
+    with pytest.raises(SystemExit):
+        main(["bench", "perception", "--bogus"])
 
 
 def test_unknown_subcommand_exits_with_usage():

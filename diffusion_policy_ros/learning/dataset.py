@@ -1,0 +1,99 @@
+"""Training samples from episode bags: To observation frames + the T-step action chunk.
+
+Sample i of an episode conditions on frames ``i - To + 1 .. i`` (the first
+frame repeated before the episode starts, as at the start of a real run) and
+targets the action chunk recorded for frame i. Frames are one control period
+apart (the collection rate), the spacing ``policy_node`` keeps at run time.
+Episodes are split into training and validation as a whole, never by frame.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from diffusion_policy_ros.learning.episode_bag import EpisodeRecord, read_episode
+from diffusion_policy_ros.policy.configuration_diffusion import DiffusionPolicyConfig
+from diffusion_policy_ros.policy.features import (
+    ACTION,
+    IMAGE,
+    LANGUAGE,
+    POINTS_RGB,
+    POINTS_XYZ,
+    STATE,
+)
+from diffusion_policy_ros.policy.normalizer import min_max_stats
+
+
+def episode_dirs(data_dir: str | Path) -> list[Path]:
+    """The episode bags directly in ``data_dir`` (``failed/`` and partial ones excluded)."""
+    dirs = sorted(p for p in Path(data_dir).glob("episode_*") if (p / "metadata.yaml").exists())
+    if not dirs:
+        raise FileNotFoundError(f"{data_dir}: no episode_* bags")
+    return dirs
+
+
+def dataset_fingerprint(dirs: list[Path]) -> str:
+    """Hash of the episode names and bag sizes (which data a checkpoint came from)."""
+    digest = hashlib.sha256()
+    for d in dirs:
+        digest.update(d.name.encode())
+        for f in sorted(d.iterdir()):
+            digest.update(f"{f.name}:{f.stat().st_size}".encode())
+    return digest.hexdigest()[:16]
+
+
+def load_episodes(dirs: list[Path], config: DiffusionPolicyConfig,
+                  progress: bool = True) -> list[EpisodeRecord]:
+    return [read_episode(d, horizon=config.horizon, dt_s=config.action_dt_s)
+            for d in tqdm(dirs, desc="read bags", unit="ep", disable=not progress)]
+
+
+def split_episodes(n: int, val_fraction: float, seed: int) -> tuple[list[int], list[int]]:
+    """(train, validation) episode indices; at least one validation episode when n > 1."""
+    order = np.random.default_rng(seed).permutation(n)
+    n_val = min(n - 1, max(1 if n > 1 else 0, round(n * val_fraction)))
+    return sorted(order[n_val:].tolist()), sorted(order[:n_val].tolist())
+
+
+class EpisodeDataset(torch.utils.data.Dataset):
+    """Policy batches (keys of ``policy.features``) from in-memory episodes."""
+
+    def __init__(self, episodes: list[EpisodeRecord], config: DiffusionPolicyConfig,
+                 embeddings: dict[str, np.ndarray]):
+        self.config = config
+        self.episodes = episodes
+        self.embeddings = {ep.instruction: np.asarray(embeddings[ep.instruction], np.float32)
+                           for ep in episodes}
+        self.index = [(e, i) for e, ep in enumerate(episodes) for i in range(len(ep))]
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def __getitem__(self, k: int) -> dict[str, torch.Tensor]:
+        e, i = self.index[k]
+        ep = self.episodes[e]
+        frames = np.clip(np.arange(i - self.config.n_obs_steps + 1, i + 1), 0, None)
+        return {
+            IMAGE: torch.from_numpy(ep.images[frames]).permute(0, 3, 1, 2),
+            POINTS_XYZ: torch.from_numpy(ep.points[frames]),
+            POINTS_RGB: torch.from_numpy(ep.colors[frames]),
+            STATE: torch.from_numpy(ep.joint_positions[frames].astype(np.float32)),
+            LANGUAGE: torch.from_numpy(self.embeddings[ep.instruction]),
+            ACTION: torch.from_numpy(ep.actions[i].astype(np.float32)),
+        }
+
+    def normalizer_stats(self) -> dict[str, dict[str, torch.Tensor]]:
+        """Min / max of actions, joint states and point positions over these episodes."""
+        def cat(attr: str, dim: int) -> torch.Tensor:
+            return torch.from_numpy(np.concatenate(
+                [getattr(ep, attr).reshape(-1, dim) for ep in self.episodes]).astype(np.float32))
+
+        d = self.config.action_dim
+        return {ACTION: min_max_stats(cat("actions", d)),
+                STATE: min_max_stats(cat("joint_positions", d)),
+                POINTS_XYZ: min_max_stats(cat("points", 3))}

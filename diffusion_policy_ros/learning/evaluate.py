@@ -1,0 +1,133 @@
+"""``dpr eval``: the policy in closed loop in the MuJoCo simulation, in process.
+
+Same scene, camera, perception pipeline and ``PdTracker`` as the ROS system
+(``GraspEnv``), the policy through ``PolicyRunner``; one chunk per control
+period conditioned on the last To observations (one control period apart, as
+in training). Sim time stands still while the policy computes, so chunks
+arrive with zero latency here; the ROS path (``--ros``) has real latency.
+
+``instruction_mode``: ``task`` (the episode's instruction), or ``wrong`` (the
+instruction for another object, the same for the whole episode): a policy
+that follows the words must then mostly lift that other object, i.e. score a
+high wrong-object rate and a low success rate.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from diffusion_policy_ros.policy.runner import PolicyRunner
+from diffusion_policy_ros.sim.env import GraspEnv
+from diffusion_policy_ros.sim.scene import JOINT_NAMES
+from diffusion_policy_ros.sim.sim_config import load_sim_config
+from diffusion_policy_ros.sim.task import TEMPLATES, GraspTask, instruction_for
+
+INSTRUCTION_MODES = ("task", "wrong")
+
+
+@dataclasses.dataclass
+class EpisodeOutcome:
+    seed: int
+    target: str
+    instruction: str
+    template: str
+    success: bool
+    wrong_object: str | None
+    timed_out: bool
+    episode_time_s: float
+    chunk_latency_ms: list[float]
+
+
+def _template_of(instruction: str) -> str:
+    for template in TEMPLATES:
+        head = template.split("{")[0]
+        if instruction.startswith(head) and head:
+            return template
+    return "other"
+
+
+def run_policy_episode(env: GraspEnv, runner: PolicyRunner, seed: int,
+                       instruction_mode: str = "task") -> EpisodeOutcome:
+    obs, info = env.reset(seed)
+    task = info["task"]
+    instruction = task.instruction
+    if instruction_mode == "wrong":
+        rng = np.random.default_rng([seed, 7])
+        others = [n for n in env.runtime.scene.object_names if n != task.target]
+        wrong = others[rng.integers(len(others))]
+        instruction = instruction_for(wrong, rng)
+        obs, info = env.reset(seed, task=GraspTask(task.target, instruction))
+    n_obs = runner.config.n_obs_steps
+    history = collections.deque([obs] * n_obs, maxlen=n_obs)
+    latencies, done = [], False
+    while not done:
+        t0 = time.perf_counter()
+        chunk = runner.predict(list(history), instruction, seed=seed)
+        latencies.append((time.perf_counter() - t0) * 1e3)
+        obs, _, terminated, truncated, info = env.step(chunk, history[-1]["stamp_s"])
+        history.append(obs)
+        done = terminated or truncated
+    state = info["task"]
+    return EpisodeOutcome(seed, state.target, instruction, _template_of(instruction),
+                          state.success, state.wrong_object, state.timed_out, state.elapsed_s,
+                          latencies)
+
+
+def summarize(outcomes: list[EpisodeOutcome]) -> dict:
+    def rate(items, pred) -> float:
+        return float(np.mean([pred(o) for o in items])) if items else float("nan")
+
+    latency = np.concatenate([o.chunk_latency_ms for o in outcomes])
+    by = collections.defaultdict(list)
+    for o in outcomes:
+        by[("target", o.target)].append(o)
+        by[("template", o.template)].append(o)
+    return {
+        "episodes": len(outcomes),
+        "success_rate": rate(outcomes, lambda o: o.success),
+        "wrong_object_rate": rate(outcomes, lambda o: o.wrong_object is not None),
+        "timeout_rate": rate(outcomes, lambda o: o.timed_out),
+        "chunk_latency_ms_p50": float(np.median(latency)),
+        "chunk_latency_ms_p99": float(np.percentile(latency, 99)),
+        "per_target": {k[1]: rate(v, lambda o: o.success) for k, v in sorted(by.items())
+                       if k[0] == "target"},
+        "per_template": {k[1]: rate(v, lambda o: o.success) for k, v in sorted(by.items())
+                         if k[0] == "template"},
+    }
+
+
+def evaluate(checkpoint: str | Path, episodes: int = 100, seed: int = 0,
+             instruction_mode: str = "task", device: str = "cpu",
+             num_inference_steps: int | None = None, num_threads: int | None = 1,
+             progress: bool = True) -> tuple[dict, list[EpisodeOutcome]]:
+    """Closed-loop episodes with seeds ``seed .. seed + episodes - 1``."""
+    if instruction_mode not in INSTRUCTION_MODES:
+        raise ValueError(f"instruction_mode must be one of {INSTRUCTION_MODES}")
+    runner = PolicyRunner.from_checkpoint(checkpoint, joint_names=list(JOINT_NAMES),
+                                          device=device, num_inference_steps=num_inference_steps,
+                                          num_threads=num_threads)
+    config = dataclasses.replace(load_sim_config(), render_observations=True,
+                                 chunk_horizon=runner.config.horizon,
+                                 chunk_dt_s=runner.config.action_dt_s)
+    outcomes = []
+    with GraspEnv(config) as env:
+        for i in range(episodes):
+            outcomes.append(run_policy_episode(env, runner, seed + i, instruction_mode))
+            if progress:
+                o = outcomes[-1]
+                result = ("success" if o.success else f"wrong object {o.wrong_object}"
+                          if o.wrong_object else "timeout")
+                print(f"[{i + 1}/{episodes}] seed {o.seed} {o.target}: {result} "
+                      f"({o.episode_time_s:.1f} s, '{o.instruction}')", flush=True)
+    return summarize(outcomes), outcomes
+
+
+def write_report(path: str | Path, summary: dict, outcomes: list[EpisodeOutcome]) -> None:
+    doc = {"summary": summary, "episodes": [dataclasses.asdict(o) for o in outcomes]}
+    Path(path).write_text(json.dumps(doc, indent=2))

@@ -1,0 +1,48 @@
+"""``TrainConfig``: optimisation settings of ``dpr train`` (``config/train.yaml``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import yaml
+
+from diffusion_policy_ros.config import CONFIG_DIR, ConfigError, config_from_params, param
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    steps: int = param(20000, "Optimiser steps in total (the cosine schedule's length)",
+                       low=1, high=10_000_000)
+    batch_size: int = param(64, "Samples per step on each process", low=1, high=4096)
+    lr: float = param(3.0e-4, "AdamW peak learning rate", low=1e-7, high=1.0)
+    weight_decay: float = param(1.0e-6, "AdamW weight decay", low=0.0, high=1.0)
+    warmup_steps: int = param(500, "Linear learning-rate warm-up steps", low=0, high=1_000_000)
+    ema_decay: float = param(0.9999, "Largest EMA decay (warmed up as 1 - (1 + step)^-0.75)",
+                             low=0.0, high=1.0)
+    grad_clip_norm: float = param(1.0, "Gradient norm clip", low=0.0, high=1e6)
+    val_fraction: float = param(0.05, "Share of episodes held out for validation",
+                                low=0.0, high=0.5)
+    seed: int = param(0, "Seed of the split, shuffling, augmentation and noise", low=0,
+                      high=2**31 - 1)
+    checkpoint_every: int = param(1000, "Steps between checkpoints (+ one at the end)",
+                                  low=1, high=10_000_000)
+    val_every: int = param(1000, "Steps between validation losses (EMA weights)", low=1,
+                           high=10_000_000)
+    log_every: int = param(50, "Steps between JSONL log lines", low=1, high=1_000_000)
+    precision: str = param("auto", "Autocast: auto (bf16 on cuda/npu, fp32 on cpu) | fp32 | "
+                           "bf16 | fp16; the loss is always computed in fp32",
+                           choices=("auto", "fp32", "bf16", "fp16"))
+    device: str = param("auto", "auto | cpu | cuda | npu", choices=("auto", "cpu", "cuda", "npu"))
+    num_threads: int = param(0, "torch intra-op threads on the CPU; 0 = torch's default",
+                             low=0, high=256)
+    max_minutes: float = param(0.0, "Stop (with a checkpoint) after this wall time; 0 = no "
+                               "limit. The schedule still spans `steps`", low=0.0, high=1e6)
+
+
+def load_train_config(path: str | Path = CONFIG_DIR / "train.yaml") -> TrainConfig:
+    with open(path, encoding="utf-8") as fh:
+        values = yaml.safe_load(fh) or {}
+    if not isinstance(values, dict):
+        raise ConfigError(f"{path}: expected a mapping of TrainConfig fields")
+    return config_from_params(TrainConfig, values)
