@@ -138,13 +138,20 @@ class DiffusionPolicy(nn.Module):
             return self.fusion(image_tokens, point_tokens, centres, batch[LANGUAGE].float(),
                                proprio)
 
-    def compute_loss(self, batch: Batch) -> torch.Tensor:
-        """Denoising loss of one batch (observation keys + ``action``), a fp32 scalar."""
+    def compute_loss(self, batch: Batch, noise: torch.Tensor | None = None,
+                     steps: torch.Tensor | None = None) -> torch.Tensor:
+        """Denoising loss of one batch (observation keys + ``action``), a fp32 scalar.
+
+        ``noise`` (B, T, D) and diffusion ``steps`` (B,) are drawn at random unless
+        given (tests comparing data-parallel and single-process gradients give them).
+        """
         cond = self.encode_observation(batch)
         clean = self.normalizer.normalize(ACTION, batch[ACTION].float())
-        noise = torch.randn_like(clean)
-        steps = torch.randint(0, self.config.num_train_timesteps, (clean.shape[0],),
-                              device=clean.device)
+        if noise is None:
+            noise = torch.randn_like(clean)
+        if steps is None:
+            steps = torch.randint(0, self.config.num_train_timesteps, (clean.shape[0],),
+                                  device=clean.device)
         noisy = self.training_scheduler.add_noise(clean, noise, steps)
         prediction = self.denoiser(noisy, steps, cond).float()
         target = noise if self.config.prediction_type == "epsilon" else clean

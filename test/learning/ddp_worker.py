@@ -1,0 +1,36 @@
+"""One rank of the DDP gradient check (run by test_ddp.py as its own process).
+
+usage: ddp_worker.py RANK WORLD PORT OUT.safetensors
+"""
+
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+from safetensors.torch import save_file
+
+sys.path.insert(0, os.path.dirname(__file__))
+from ddp_case import B, make_inputs, make_model  # noqa: E402
+
+
+def main() -> None:
+    rank, world, port, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    model = make_model()
+    model.forward = model.compute_loss  # DDP's hooks run on forward()
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    batch, noise, steps = make_inputs()
+    part = slice(rank * B // world, (rank + 1) * B // world)
+    loss = ddp({k: v[part] for k, v in batch.items()}, noise[part], steps[part])
+    loss.backward()
+    if rank == 0:
+        save_file({n: p.grad.contiguous() for n, p in model.named_parameters()
+                   if p.grad is not None}, out)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
