@@ -151,6 +151,11 @@ def build_parser() -> argparse.ArgumentParser:
                                   "diffusion_policy_ros.policy.benchmark", add_help=False)
     policy.set_defaults(func=lambda args: _run_main("diffusion_policy_ros.policy.benchmark",
                                                     args.passthrough), passthrough=[])
+    tracking = bench_sub.add_parser("tracking", help="tracker on the simulated arm, expert "
+                                    "chunks 50-150 ms late: success, error, jerk per blend "
+                                    "strategy (--episodes N)", add_help=False)
+    tracking.set_defaults(func=lambda args: _run_main("diffusion_policy_ros.sim.tracking_eval",
+                                                      args.passthrough), passthrough=[])
     tick = bench_sub.add_parser("tick", help="PdTracker tick and submit_chunk time (no ROS)")
     tick.set_defaults(func=lambda args: _run_main("diffusion_policy_ros.control.benchmark"))
 

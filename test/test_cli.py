@@ -8,6 +8,7 @@ from diffusion_policy_ros.cli import build_parser, main
 @pytest.mark.parametrize("argv", [["bench", "perception", "--frames", "3"], ["bench", "tracker"],
                                   ["bench", "blending"], ["bench", "tick"],
                                   ["bench", "policy", "--repeats", "3"],
+                                  ["bench", "tracking", "--episodes", "2"],
                                   ["collect", "--episodes", "1", "--out", "x"],
                                   ["train", "--data", "d", "--config", "c", "--out", "o"],
                                   ["eval", "--checkpoint", "c", "--episodes", "2"],
