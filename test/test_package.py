@@ -11,7 +11,7 @@ import pytest
 from diffusion_policy_ros.config import load_node_params
 
 ROOT = Path(__file__).resolve().parent.parent
-EXECUTABLES = ["rgbd_sync_node", "pd_tracker_node", "sim_node", "dpr"]
+EXECUTABLES = ["rgbd_sync_node", "pd_tracker_node", "sim_node", "policy_node", "dpr"]
 
 
 @pytest.fixture(scope="module")

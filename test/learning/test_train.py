@@ -13,6 +13,8 @@ from diffusion_policy_ros.policy.configuration_diffusion import (
     load_policy_config,
 )
 
+pytestmark = pytest.mark.slow  # trains policies: ~1 min; CI runs it, -m "not slow" skips
+
 TINY = dict(image_base_channels=8, image_stages=2, image_token_grid=2, norm_groups=4,
             point_feature_dim=32, point_tokens=4, fusion_dim=32, fusion_layers=1,
             fusion_heads=2, cond_dim=32, timestep_embed_dim=32, unet_base_dim=16,

@@ -1,0 +1,72 @@
+"""``PolicyNodeConfig``: parameters of ``policy_node`` (``config/policy_node.yaml``).
+
+Pure (no torch, no rclpy): the choices of ``device`` and ``precision`` repeat
+``policy.devices.DEVICES`` / ``PRECISIONS`` (a test keeps them equal) so that
+reading this config does not import torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from diffusion_policy_ros.config import param
+
+DEVICE_CHOICES = ("auto", "cpu", "cuda", "npu")
+PRECISION_CHOICES = ("fp32", "fp16", "bf16")
+
+
+@dataclasses.dataclass
+class PolicyNodeConfig:
+    """Parameters of ``policy_node``; the action columns are ``joint_names + [gripper_joint]``."""
+
+    checkpoint: str = param(
+        "", "Checkpoint directory (model.safetensors + config.json + metadata.json, as written "
+        "by dpr train). Empty = not set: configure fails and says so")
+    device: str = param(
+        "auto", "Inference device: auto (cuda, then npu, then cpu) | cpu | cuda | npu (Ascend, "
+        "needs torch_npu; same code path as cuda)", choices=DEVICE_CHOICES)
+    precision: str = param("fp32", "Autocast precision: fp32 | fp16 | bf16",
+                           choices=PRECISION_CHOICES)
+    num_inference_steps: int = param(
+        0, "DDIM steps per chunk; 0 = the checkpoint's num_inference_steps", low=0, high=1000)
+    num_threads: int = param(
+        1, "torch intra-op threads for the process; 0 = leave torch's default. Measured: one "
+        "thread degrades gracefully when the 500 Hz tracker shares the CPU, two stall",
+        low=0, high=256)
+    rate_hz: float = param(10.0, "Action chunks per second (the inference timer, node clock)",
+                           low=0.1, high=200.0)
+    max_obs_age_s: float = param(
+        0.5, "Refuse to act when the newest observation (or the joint_states it is paired "
+        "with) is older than this (s)", low=0.01, high=60.0)
+    joint_names: list = param(
+        ["joint_1", "joint_2", "joint_3", "joint_4", "joint_5", "joint_6"],
+        "Arm joints in action / proprioception order; the checkpoint must have been trained "
+        "for joint_names + [gripper_joint]")
+    gripper_joint: str = param("gripper_joint", "Gripper column (opening in m), last in every "
+                               "action chunk point and proprioception vector")
+    autostart: bool = param(False, "Configure and activate on start-up (plain ros2 run, "
+                            "in-process bring-up); otherwise wait for lifecycle transitions")
+    warmup_iterations: int = param(
+        3, "Chunks computed on synthetic input during configure, so the first real chunk is "
+        "as fast as the rest (also loads the language model)", low=0, high=100)
+    warmup_instruction: str = param(
+        "pick up the red cube", "Instruction embedded during warm-up (any text; the real "
+        "instruction comes on the instruction topic)")
+    seed: int = param(-1, "Initial-noise seed of every chunk; -1 = fresh noise each chunk",
+                      low=-1, high=2**31 - 1)
+    base_frame: str = param("base_link", "Frame of policy/markers (the MuJoCo world frame of "
+                            "the arm model)")
+    publish_markers: bool = param(True, "Publish policy/markers (end-effector path from "
+                                  "forward kinematics) when someone subscribes")
+    diagnostics_period_s: float = param(1.0, "Period of /diagnostics (s)", low=0.05, high=60.0)
+
+    @property
+    def action_joint_names(self) -> list[str]:
+        return [*self.joint_names, self.gripper_joint]
+
+    def validate(self) -> None:
+        names = self.action_joint_names
+        if not all(isinstance(n, str) and n for n in names):
+            raise ValueError(f"joint names must be non-empty strings, got {names}")
+        if len(set(names)) != len(names):
+            raise ValueError(f"joint_names + [gripper_joint] has duplicates: {names}")

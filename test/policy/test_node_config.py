@@ -1,0 +1,60 @@
+"""config/policy_node.yaml mirrors PolicyNodeConfig's defaults; choices match policy.devices."""
+
+import dataclasses
+
+import pytest
+import yaml
+
+from diffusion_policy_ros.config import (
+    CONFIG_DIR,
+    ConfigError,
+    config_fields,
+    config_from_params,
+    load_config,
+)
+from diffusion_policy_ros.policy.devices import DEVICES, PRECISIONS
+from diffusion_policy_ros.policy.node_config import (
+    DEVICE_CHOICES,
+    PRECISION_CHOICES,
+    PolicyNodeConfig,
+)
+
+YAML = CONFIG_DIR / "policy_node.yaml"
+
+
+def test_yaml_section_has_exactly_the_dataclass_defaults():
+    params = yaml.safe_load(YAML.read_text())["policy_node"]["ros__parameters"]
+    assert set(params) == {f.param_name for f in config_fields(PolicyNodeConfig)}
+    assert params == dataclasses.asdict(PolicyNodeConfig())
+    assert load_config(PolicyNodeConfig, YAML, "policy_node") == PolicyNodeConfig()
+
+
+def test_defaults_follow_the_contract():
+    cfg = PolicyNodeConfig()
+    assert cfg.action_joint_names == ["joint_1", "joint_2", "joint_3", "joint_4", "joint_5",
+                                      "joint_6", "gripper_joint"]
+    assert (cfg.rate_hz, cfg.num_threads, cfg.checkpoint, cfg.autostart) == (10.0, 1, "", False)
+
+
+def test_choices_are_those_of_the_runtime():
+    assert DEVICE_CHOICES == DEVICES
+    assert set(PRECISION_CHOICES) == set(PRECISIONS)
+
+
+def test_every_field_is_documented_with_range_or_choices():
+    for field in config_fields(PolicyNodeConfig):
+        assert field.description, field.attr
+        if field.type in (int, float):
+            assert field.low is not None and field.high is not None, field.attr
+            assert field.low <= field.default <= field.high, field.attr
+
+
+@pytest.mark.parametrize("params, match", [
+    ({"device": "tpu"}, "device"),
+    ({"precision": "int8"}, "precision"),
+    ({"gripper_joint": "joint_3"}, "duplicates"),
+    ({"rate_hz": 0.0}, "rate_hz"),
+])
+def test_bad_values_are_named(params, match):
+    with pytest.raises(ConfigError, match=match):
+        config_from_params(PolicyNodeConfig, params)

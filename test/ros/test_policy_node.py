@@ -1,0 +1,340 @@
+"""policy_node in its own process: lifecycle, action chunks, refusals, services.
+
+A tiny policy is trained for a few steps on two collected demonstrations (the
+node test checks plumbing, not grasp success); one recorded episode is replayed
+as the observation stream (image + points at 30 Hz, stamped now) with
+joint_states at 100 Hz.
+"""
+
+import math
+import shutil
+import time
+
+import numpy as np
+import pytest
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from lifecycle_msgs.msg import State, Transition
+from lifecycle_msgs.srv import ChangeState, GetState
+from rclpy.parameter import Parameter
+from rclpy.qos import DurabilityPolicy, QoSProfile
+from sensor_msgs.msg import Image, JointState, PointCloud2
+from std_msgs.msg import Header, String
+from std_srvs.srv import Trigger
+from trajectory_msgs.msg import JointTrajectory
+from visualization_msgs.msg import Marker, MarkerArray
+
+from diffusion_policy_ros.config import CONFIG_DIR
+from diffusion_policy_ros.learning.collect import collect, episode_name
+from diffusion_policy_ros.learning.episode_bag import read_episode
+from diffusion_policy_ros.learning.train import train
+from diffusion_policy_ros.learning.train_config import TrainConfig
+from diffusion_policy_ros.policy.configuration_diffusion import DiffusionPolicyConfig
+from diffusion_policy_ros.ros.conversions import (
+    ns_to_stamp,
+    rgb8_image_msg,
+    stamp_to_ns,
+    xyzrgb_cloud_msg,
+)
+
+pytestmark = pytest.mark.ros
+MODULE = "diffusion_policy_ros.ros.policy_node"
+PARAMS = ["--params-file", str(CONFIG_DIR / "policy_node.yaml"),
+          "-p", "diagnostics_period_s:=0.2", "-p", "device:=cpu"]
+NAMES = ["joint_1", "joint_2", "joint_3", "joint_4", "joint_5", "joint_6", "gripper_joint"]
+LATCHED = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+TINY = dict(image_base_channels=8, image_stages=2, image_token_grid=2, norm_groups=4,
+            point_feature_dim=32, point_tokens=4, fusion_dim=32, fusion_layers=1,
+            fusion_heads=2, cond_dim=32, timestep_embed_dim=32, unet_base_dim=16,
+            unet_levels=2)
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory):
+    """(checkpoint directory, one recorded episode) from 2 demos and 4 training steps."""
+    root = tmp_path_factory.mktemp("policy_node")
+    collect(2, root / "demos", seed=21, progress=False)
+    config = DiffusionPolicyConfig(**TINY, num_inference_steps=4)
+    tc = TrainConfig(steps=4, batch_size=8, warmup_steps=1, val_fraction=0.0, num_threads=1,
+                     device="cpu")
+    checkpoint = train(root / "demos", config, tc, root / "run", progress=False)
+    return checkpoint, read_episode(root / "demos" / episode_name(21))
+
+
+class PolicyHarness:
+    """Replays an episode as rgbd_sync_node + arm would; records what policy_node sends."""
+
+    def __init__(self, ros, episode):
+        self.ros = ros
+        self.episode = episode
+        node = ros.node
+        self.image_pub = node.create_publisher(Image, "observation/image", QoSProfile(depth=2))
+        self.points_pub = node.create_publisher(PointCloud2, "observation/points",
+                                                QoSProfile(depth=2))
+        self.joint_pub = node.create_publisher(JointState, "joint_states", QoSProfile(depth=10))
+        self.instruction_pub = node.create_publisher(String, "instruction", LATCHED)
+        self.chunks, self.markers, self.diags = [], [], []
+        node.create_subscription(JointTrajectory, "policy/action_chunk",
+                                 lambda m: self.chunks.append((time.monotonic(), m)),
+                                 QoSProfile(depth=100))
+        node.create_subscription(MarkerArray, "policy/markers", self.markers.append,
+                                 QoSProfile(depth=10))
+        node.create_subscription(DiagnosticArray, "/diagnostics", self.diags.append,
+                                 QoSProfile(depth=50))
+        self.sent_stamps: set[int] = set()
+        self.streaming = True
+        self.stamp_delay_s = 0.0
+        self.nan_points = False
+        self._frame = 0
+        node.create_timer(1 / 30, self._publish_frame)
+        node.create_timer(0.01, self._publish_joints)
+
+    def _now_ns(self) -> int:
+        return self.ros.node.get_clock().now().nanoseconds
+
+    def _publish_frame(self):
+        if not self.streaming:
+            return
+        ep, i = self.episode, self._frame % len(self.episode)
+        self._frame += 1
+        stamp_ns = self._now_ns() - int(self.stamp_delay_s * 1e9)
+        header = Header(stamp=ns_to_stamp(stamp_ns), frame_id="base_link")
+        points = ep.points[i].copy()
+        if self.nan_points:
+            points[5] = np.nan
+        self.image_pub.publish(rgb8_image_msg(ep.images[i], header))
+        self.points_pub.publish(xyzrgb_cloud_msg(points, ep.colors[i], header))
+        self.sent_stamps.add(stamp_ns)
+
+    def _publish_joints(self):
+        i = max(0, self._frame - 1) % len(self.episode)
+        msg = JointState(name=NAMES, position=self.episode.joint_positions[i].tolist())
+        msg.header.stamp = ns_to_stamp(self._now_ns())
+        self.joint_pub.publish(msg)
+
+    def instruct(self, text: str) -> None:
+        self.instruction_pub.publish(String(data=text))
+
+    def connected(self) -> bool:
+        return all(p.get_subscription_count() > 0 for p in
+                   (self.image_pub, self.points_pub, self.joint_pub, self.instruction_pub))
+
+    def diagnostics(self) -> tuple[int | None, str, dict]:
+        for arr in reversed(self.diags):
+            for status in arr.status:
+                if status.name.startswith("policy_node"):
+                    return (status.level, status.message,
+                            {kv.key: kv.value for kv in status.values})
+        return None, "", {}
+
+    def value(self, key: str, default: str = "") -> str:
+        return self.diagnostics()[2].get(key, default)
+
+    def count(self, key: str) -> int:
+        return int(self.value(key, "0") or 0)
+
+    def call(self, client, request, timeout_s: float = 60.0):
+        self.ros.spin_until(lambda: client.service_is_ready(), 30.0,
+                            f"service {client.srv_name}")
+        future = client.call_async(request)
+        self.ros.spin_until(future.done, timeout_s, f"response of {client.srv_name}")
+        return future.result()
+
+    def assert_no_new_chunks(self, seconds: float, what: str) -> None:
+        before = len(self.chunks)
+        self.ros.spin_for(seconds)
+        assert len(self.chunks) == before, f"{what}: {len(self.chunks) - before} chunks"
+
+
+def check_chunk(h: PolicyHarness, msg: JointTrajectory) -> None:
+    assert list(msg.joint_names) == NAMES
+    assert stamp_to_ns(msg.header.stamp) in h.sent_stamps
+    assert len(msg.points) == 16
+    for k, point in enumerate(msg.points):
+        t = point.time_from_start.sec + point.time_from_start.nanosec * 1e-9
+        assert t == pytest.approx(k * 0.1, abs=1e-9)
+        assert len(point.positions) == 7 and all(math.isfinite(v) for v in point.positions)
+
+
+def test_lifecycle_configure_warms_up_activate_acts_deactivate_stops(ros, start_node, assets):
+    checkpoint, episode = assets
+    node = start_node(MODULE, [*PARAMS, "-p", f"checkpoint:={checkpoint}"])
+    h = PolicyHarness(ros, episode)
+    change = ros.node.create_client(ChangeState, "policy_node/change_state")
+    get_state = ros.node.create_client(GetState, "policy_node/get_state")
+
+    def transition(tid: int) -> bool:
+        return h.call(change, ChangeState.Request(transition=Transition(id=tid))).success
+
+    ros.spin_until(lambda: h.connected() and h.value("state") == "unconfigured", 30.0,
+                   lambda: f"policy_node up and unconfigured: {h.diagnostics()}\n{node.log()}")
+    assert h.call(get_state, GetState.Request()).current_state.id == \
+        State.PRIMARY_STATE_UNCONFIGURED
+    h.instruct("pick up the red cube")
+    h.assert_no_new_chunks(0.5, "unconfigured")
+
+    t0 = time.monotonic()
+    assert transition(Transition.TRANSITION_CONFIGURE), node.log()
+    configure_s = time.monotonic() - t0
+    assert "configured:" in node.log() and "warm-up chunks" in node.log()
+    assert h.call(get_state, GetState.Request()).current_state.id == State.PRIMARY_STATE_INACTIVE
+    ros.spin_until(lambda: h.value("state") == "inactive", 5.0, "inactive on diagnostics")
+    h.assert_no_new_chunks(0.5, "inactive")
+
+    assert transition(Transition.TRANSITION_ACTIVATE), node.log()
+    ros.spin_until(lambda: len(h.chunks) >= 5, 15.0,
+                   lambda: f"first chunks: {h.diagnostics()}\n{node.log()}")
+    # Chunks at about rate_hz over a 3 s window, each with the contract's layout.
+    start, t_start = len(h.chunks), time.monotonic()
+    ros.spin_for(3.0)
+    window = h.chunks[start:]
+    rate_hz = len(window) / (time.monotonic() - t_start)
+    for _, msg in window:
+        check_chunk(h, msg)
+    stamps = [stamp_to_ns(m.header.stamp) for _, m in window]
+    assert stamps == sorted(stamps) and len(set(stamps)) == len(stamps)
+    assert rate_hz > 7.0, f"{rate_hz} {h.diagnostics()}"
+    ros.spin_until(lambda: h.value("first_chunk_ms") and h.value("chunk_rate_hz") and
+                   float(h.value("chunk_rate_hz")) > 0, 5.0, "chunk statistics")
+    values = h.diagnostics()[2]
+    # Warm-up paid the one-off costs (language model load: seconds) before the first chunk.
+    assert float(values["first_chunk_ms"]) < 1000.0, values
+    print(f"\nconfigure {configure_s:.2f} s (warm-up {values['warmup_ms']} ms); chunks "
+          f"{rate_hz:.2f} Hz; first chunk {values['first_chunk_ms']} ms; predict p50 "
+          f"{values['predict_ms_p50']} p99 {values['predict_ms_p99']} ms; observation age p50 "
+          f"{values['observation_age_ms_p50']} p99 {values['observation_age_ms_p99']} ms")
+
+    assert transition(Transition.TRANSITION_DEACTIVATE), node.log()
+    ros.spin_for(0.3)  # a chunk computed while deactivating is dropped or already delivered
+    h.assert_no_new_chunks(1.0, "deactivated")
+    assert h.value("state") == "inactive"
+    assert node.alive(), node.log()
+
+
+def test_refusals_instruction_change_and_start_stop(ros, start_node, assets):
+    checkpoint, episode = assets
+    node = start_node(MODULE, [*PARAMS, "-p", f"checkpoint:={checkpoint}",
+                               "-p", "autostart:=true"])
+    h = PolicyHarness(ros, episode)
+    start = ros.node.create_client(Trigger, "policy_node/start")
+    stop = ros.node.create_client(Trigger, "policy_node/stop")
+
+    def refusal_is(reason: str):
+        return lambda: h.value("refusal") == reason
+
+    # Autostarted, streaming, but no instruction: refuses and says why.
+    ros.spin_until(lambda: h.connected() and refusal_is("no_instruction")(), 30.0,
+                   lambda: f"no_instruction refusal: {h.diagnostics()}\n{node.log()}")
+    level, message, _ = h.diagnostics()
+    assert level == DiagnosticStatus.WARN and "instruction" in message
+    assert not h.chunks and "not acting (no_instruction)" in node.log()
+
+    h.instruct("pick up the red cube")
+    ros.spin_until(lambda: len(h.chunks) >= 3 and h.markers, 15.0,
+                   lambda: f"chunks after the instruction: {h.diagnostics()}\n{node.log()}")
+    check_chunk(h, h.chunks[-1][1])
+    path, target = h.markers[-1].markers
+    assert path.type == Marker.LINE_STRIP and path.header.frame_id == "base_link"
+    assert len(path.points) == 16 and target.type == Marker.SPHERE
+    assert stamp_to_ns(path.header.stamp) in h.sent_stamps
+    # The arm model's tool stays within reach of the base (m).
+    assert all(math.dist((p.x, p.y, p.z), (0, 0, 0)) < 1.5 for p in path.points)
+
+    # A new instruction conditions the next chunks.
+    h.instruct("grab the blue cube")
+    ros.spin_until(lambda: h.value("chunk_instruction") == "grab the blue cube", 5.0,
+                   lambda: f"new instruction in use: {h.diagnostics()}")
+    assert h.value("instruction") == "grab the blue cube"
+
+    # Observations that arrive but are 0.8 s old (max_obs_age_s 0.5): refused, no chunks.
+    h.stamp_delay_s = 0.8
+    ros.spin_until(refusal_is("stale_observation"), 5.0, lambda: f"stale: {h.diagnostics()}")
+    h.assert_no_new_chunks(1.0, "stale observations")
+    assert h.count("refused_stale_observation") > 0
+    h.stamp_delay_s = 0.0
+    n = len(h.chunks)
+    ros.spin_until(lambda: len(h.chunks) > n + 2, 5.0, "chunks after fresh observations")
+
+    # NaN in the points: refused and counted, then acting again.
+    h.nan_points = True
+    ros.spin_until(refusal_is("non_finite_points"), 5.0, lambda: f"NaN: {h.diagnostics()}")
+    h.assert_no_new_chunks(0.5, "NaN points")
+    assert h.count("refused_non_finite_points") > 0 and h.count("non_finite_frames_total") > 0
+    h.nan_points = False
+    n = len(h.chunks)
+    ros.spin_until(lambda: len(h.chunks) > n + 2, 5.0, "chunks after finite points")
+
+    # ~/stop and ~/start.
+    response = h.call(stop, Trigger.Request())
+    assert response.success, response.message
+    ros.spin_for(0.3)
+    h.assert_no_new_chunks(1.0, "after ~/stop")
+    ros.spin_until(lambda: h.diagnostics()[1] == "stopped by ~/stop", 5.0, "stopped")
+    response = h.call(start, Trigger.Request())
+    assert response.success, response.message
+    n = len(h.chunks)
+    ros.spin_until(lambda: len(h.chunks) > n + 2, 5.0, "chunks after ~/start")
+
+    # A stream that stops goes stale too.
+    h.streaming = False
+    ros.spin_until(refusal_is("stale_observation"), 5.0, "stale after the stream stopped")
+    assert node.alive(), node.log()
+
+
+def test_missing_checkpoint_fails_configure_cleanly(ros, start_node, tmp_path):
+    missing = tmp_path / "no_such_checkpoint"
+    node = start_node(MODULE, [*PARAMS, "-p", f"checkpoint:={missing}", "-p", "autostart:=true"])
+    change = ros.node.create_client(ChangeState, "policy_node/change_state")
+    diags = []
+    ros.node.create_subscription(DiagnosticArray, "/diagnostics", diags.append,
+                                 QoSProfile(depth=50))
+    ros.spin_until(lambda: "autostart: configure failed" in node.log(), 30.0,
+                   lambda: f"autostart failure\n{node.log()}")
+    assert "CheckpointNotFoundError" in node.log() and str(missing) in node.log()
+    ros.spin_until(change.service_is_ready, 10.0, "change_state service")
+    future = change.call_async(ChangeState.Request(
+        transition=Transition(id=Transition.TRANSITION_CONFIGURE)))
+    ros.spin_until(future.done, 10.0, "configure response")
+    assert not future.result().success
+
+    def status():
+        return next((s for a in reversed(diags) for s in a.status
+                     if s.name.startswith("policy_node")), None)
+
+    ros.spin_until(lambda: status() is not None, 5.0, "diagnostics")
+    assert status().level == DiagnosticStatus.ERROR and "does not exist" in status().message
+    assert node.alive(), node.log()
+
+
+@pytest.fixture
+def corrupt_checkpoint(assets, tmp_path):
+    copy = tmp_path / "corrupt"
+    shutil.copytree(assets[0], copy)
+    weights = copy / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-100])
+    return copy
+
+
+@pytest.mark.parametrize("case, overrides, expected", [
+    ("empty", {"checkpoint": ""}, "parameter 'checkpoint' is empty"),
+    ("corrupt", {}, "CheckpointCorruptError"),
+    ("mismatch", {"joint_names": ["a1", "a2", "a3", "a4", "a5", "a6"]},
+     "CheckpointMismatchError"),
+    ("npu", {"device": "npu"}, "torch_npu"),
+])
+def test_configure_failures_return_failure_with_the_reason(ros, assets, corrupt_checkpoint,
+                                                            case, overrides, expected):
+    """In process: every configure failure is FAILURE with a message, never an exception."""
+    from rclpy.lifecycle import TransitionCallbackReturn
+
+    from diffusion_policy_ros.ros.policy_node import PolicyNode
+
+    params = {"checkpoint": str(corrupt_checkpoint if case == "corrupt" else assets[0]),
+              "num_threads": 0, **overrides}
+    node = PolicyNode(context=ros.context, parameter_overrides=[
+        Parameter(k, value=v) for k, v in params.items()])
+    try:
+        assert node.trigger_configure() == TransitionCallbackReturn.FAILURE
+        assert expected in node._error, node._error
+        assert node.runner is None
+    finally:
+        node.destroy_node()
