@@ -41,6 +41,17 @@ def _sync_demo(args: argparse.Namespace) -> int:
     return sync_demo.run(seconds=args.seconds, resolution=args.resolution)
 
 
+def _bringup(args: argparse.Namespace) -> int:
+    from diffusion_policy_ros.ros import bringup
+
+    return bringup.run(bringup.Options(
+        sim=args.sim, episodes=args.episodes, instruction=args.instruction,
+        checkpoint=args.checkpoint, seed=args.seed, out=args.out, device=args.device,
+        num_inference_steps=args.num_inference_steps, ready_timeout_s=args.ready_timeout,
+        sim_params=args.sim_param, sync_params=args.sync_param,
+        policy_params=args.policy_param, tracker_params=args.tracker_param))
+
+
 def _collect(args: argparse.Namespace) -> int:
     from diffusion_policy_ros.learning.collect import collect
     from diffusion_policy_ros.sim.sim_config import load_sim_config
@@ -158,6 +169,35 @@ def build_parser() -> argparse.ArgumentParser:
                                                       args.passthrough), passthrough=[])
     tick = bench_sub.add_parser("tick", help="PdTracker tick and submit_chunk time (no ROS)")
     tick.set_defaults(func=lambda args: _run_main("diffusion_policy_ros.control.benchmark"))
+
+    up = sub.add_parser("bringup", help="the whole node graph of launch/grasp.launch.py, one "
+                        "process per node, for machines without launch; --episodes N runs and "
+                        "scores N simulated episodes")
+    up.add_argument("--sim", action=argparse.BooleanOptionalAction, default=True,
+                    help="start sim_node (default); --no-sim: camera and arm topics come from "
+                    "the real drivers")
+    up.add_argument("--episodes", type=int, help="run N episodes (reset, wait for the end), "
+                    "print success / wrong-object rates, chunk latency and tracker jitter, "
+                    "then stop; default: run until Ctrl-C / SIGTERM")
+    up.add_argument("--instruction", help="publish this instruction (latched) instead of the "
+                    "sim's, at start-up and after each reset")
+    up.add_argument("--checkpoint", help="policy checkpoint directory (default "
+                    "checkpoints/grasp_unet in the repository)")
+    up.add_argument("--seed", type=int, help="seed of the first measured episode (>= 1; "
+                    "default: sim.yaml's seed + 1)")
+    up.add_argument("--out", help="write bringup_summary.json and the node logs (logs/) here")
+    up.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "npu"],
+                    help="policy device (default auto, as grasp.launch.py)")
+    up.add_argument("--num-inference-steps", type=int, default=10,
+                    help="DDIM steps per chunk (default 10 as grasp.launch.py; 0 = the "
+                    "checkpoint's)")
+    up.add_argument("--ready-timeout", type=float, default=180.0,
+                    help="seconds to wait for the nodes and the first action chunk")
+    for flag, node in (("sim", "sim_node"), ("sync", "rgbd_sync_node"),
+                       ("policy", "policy_node"), ("tracker", "pd_tracker_node")):
+        up.add_argument(f"--{flag}-param", action="append", default=[], metavar="KEY:=VALUE",
+                        help=f"{node} parameter override, as ros2 run -p (repeatable)")
+    up.set_defaults(func=_bringup)
 
     demo = sub.add_parser("sync-demo", help="rgbd_sync_node on a synthetic 30 Hz Kinect stream "
                           "over ROS 2, printing rates, latency and point accuracy")

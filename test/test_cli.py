@@ -13,7 +13,10 @@ from diffusion_policy_ros.cli import build_parser, main
                                   ["train", "--data", "d", "--config", "c", "--out", "o"],
                                   ["eval", "--checkpoint", "c", "--episodes", "2"],
                                   ["eval-expert", "--episodes", "2"],
-                                  ["sync-demo", "--seconds", "1"]])
+                                  ["sync-demo", "--seconds", "1"],
+                                  ["bringup", "--sim", "--episodes", "2", "--instruction",
+                                   "pick up the red cube", "--checkpoint", "c", "--seed", "3",
+                                   "--out", "o", "--sim-param", "time_limit_s:=5.0"]])
 def test_subcommands_parse(argv):
     args, extra = build_parser().parse_known_args(argv)
     assert callable(args.func)

@@ -345,6 +345,8 @@ class PolicyNode(LifecycleNode):
                 if tick:
                     self._tick()
             except Exception as exc:  # noqa: BLE001 - the worker must survive anything
+                if not self.context.ok():
+                    return  # SIGTERM shut ROS down while a chunk was being published
                 self._refuse("inference_error", f"{type(exc).__name__}: {exc}")
 
     def _embed(self, text: str) -> None:

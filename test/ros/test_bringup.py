@@ -1,0 +1,211 @@
+"""dpr bringup: the node graph of grasp.launch.py as processes; N scored episodes; clean stop.
+
+The end-to-end tests run ``dpr bringup`` as a subprocess with a tiny policy
+(2 demos, 2 training steps: it will not grasp, so the episode ends at the
+sim's time limit, shortened to 5 s) and check the summary and that no node
+process outlives the command.
+"""
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from diffusion_policy_ros.config import CONFIG_DIR
+from diffusion_policy_ros.ros import bringup
+from diffusion_policy_ros.ros.bringup import BringupError, Options
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = dict(image_base_channels=8, image_stages=2, image_token_grid=2, norm_groups=4,
+            point_feature_dim=32, point_tokens=4, fusion_dim=32, fusion_layers=1,
+            fusion_heads=2, cond_dim=32, timestep_embed_dim=32, unet_base_dim=16,
+            unet_levels=2)
+NODES = {"sim_node", "rgbd_sync_node", "policy_node", "pd_tracker_node"}
+
+
+# -- options and commands (no ROS) ------------------------------------------------------------
+
+def _args(specs, name):
+    return next(s.ros_args for s in specs if s.name == name)
+
+
+def test_nodes_match_the_launch_file(tmp_path):
+    specs = bringup.node_specs(Options(), str(tmp_path))
+    assert [s.name for s in specs] == ["sim_node", "rgbd_sync_node", "policy_node",
+                                       "pd_tracker_node"]
+    launch = (ROOT / "launch" / "grasp.launch.py").read_text()
+    for spec in specs:
+        assert f'executable="{spec.name}"' in launch
+        assert spec.command()[:3] == [sys.executable, "-m", spec.module]
+        params_file = Path(spec.ros_args[spec.ros_args.index("--params-file") + 1])
+        assert params_file.parent == CONFIG_DIR and f'"{params_file.name}"' in launch
+    policy = _args(specs, "policy_node")
+    for pair in ("autostart:=true", f"checkpoint:={tmp_path}", "device:=auto",
+                 "num_inference_steps:=10", "use_sim_time:=false"):
+        assert pair in policy
+    assert "publish_clock:=false" in _args(specs, "sim_node")
+    assert "auto_reset:=false" not in _args(specs, "sim_node")  # run-forever: as launched
+
+
+def test_episode_options_shape_the_sim_and_overrides_come_last(tmp_path):
+    opts = Options(episodes=3, seed=5, instruction="pick up the blue cube",
+                   sim_params=["time_limit_s:=5.0"], policy_params=["seed:=1"])
+    specs = bringup.node_specs(opts, str(tmp_path))
+    sim = _args(specs, "sim_node")
+    for pair in ("auto_reset:=false", "publish_instruction:=false", "seed:=4"):
+        assert pair in sim
+    assert sim[-2:] == ["-p", "time_limit_s:=5.0"]
+    assert _args(specs, "policy_node")[-2:] == ["-p", "seed:=1"]
+    assert "sim_node" not in {s.name for s in bringup.node_specs(Options(sim=False), "c")}
+
+
+@pytest.mark.parametrize("opts, match", [
+    (Options(episodes=0), "at least 1"),
+    (Options(episodes=2, sim=False), "needs the simulation"),
+    (Options(seed=0), "at least 1"),
+    (Options(instruction="  "), "empty"),
+    (Options(sim_params=["time_limit_s=5"]), "KEY:=VALUE"),
+    (Options(checkpoint="/nonexistent/ckpt"), "no such directory"),
+])
+def test_bad_options_are_refused(opts, match, tmp_path):
+    if opts.checkpoint is None:
+        opts.checkpoint = str(tmp_path)
+    with pytest.raises(BringupError, match=match):
+        bringup.validate(opts)
+
+
+def test_missing_default_checkpoint_says_what_to_pass(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(bringup, "DEFAULT_CHECKPOINT", tmp_path / "absent")
+    with pytest.raises(BringupError, match="--checkpoint"):
+        bringup.resolve_checkpoint(None)
+    assert bringup.run(Options(episodes=1)) == 2
+    assert "--checkpoint" in capsys.readouterr().err
+
+
+def test_summary_figures():
+    outcomes = [{"status": s} for s in ("success", "wrong_object", "timeout", "success")]
+    diagnostics = {"policy_node": {"predict_ms_p50": "12.5", "predict_ms_p99": "nan",
+                                   "chunk_rate_hz": "9.90", "chunks_total": "40",
+                                   "overrun_ticks": "1"},
+                   "pd_tracker_node": {"period_error_ms_p50": "0.0100",
+                                       "period_error_ms_p99": "0.2000",
+                                       "period_error_ms_max": "1.5", "loop_rate_hz": "499.9"}}
+    s = bringup.summarize(outcomes, [10.0, 20.0, float("nan"), 30.0], diagnostics, 0.3)
+    assert s["success_rate"] == 0.5 and s["wrong_object_rate"] == 0.25
+    assert s["timeout_rate"] == 0.25 and s["episodes_completed"] == 4
+    assert s["chunk_latency_ms"]["count"] == 3 and s["chunk_latency_ms"]["p50"] == 20.0
+    assert s["policy_predict_ms"] == {"p50": 12.5, "p99": None}
+    assert s["tracker_period_error_ms"]["p99"] == 0.2
+    assert s["tracker_period_error_ms"]["p99_worst"] == 0.3
+    empty = bringup.summarize([], [], {}, None)
+    assert empty["success_rate"] is None and empty["chunk_latency_ms"]["p50"] is None
+    assert "n/a" in bringup.format_summary({**empty, "episodes_requested": 1})
+
+
+# -- end to end -------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory):
+    from diffusion_policy_ros.learning.collect import collect
+    from diffusion_policy_ros.learning.train import train
+    from diffusion_policy_ros.learning.train_config import TrainConfig
+    from diffusion_policy_ros.policy.configuration_diffusion import DiffusionPolicyConfig
+
+    root = tmp_path_factory.mktemp("bringup")
+    collect(2, root / "demos", seed=21, progress=False)
+    config = DiffusionPolicyConfig(**TINY, num_inference_steps=2)
+    tc = TrainConfig(steps=2, batch_size=8, warmup_steps=1, val_fraction=0.0, num_threads=1,
+                     device="cpu")
+    return train(root / "demos", config, tc, root / "run", progress=False)
+
+
+def _bringup_cmd(checkpoint, out, *extra):
+    return [sys.executable, "-m", "diffusion_policy_ros.cli", "bringup",
+            "--checkpoint", str(checkpoint), "--out", str(out), "--device", "cpu",
+            "--num-inference-steps", "2", *extra]
+
+
+def _env():
+    env = os.environ.copy()
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
+def _alive(pid: int, module: str) -> bool:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return module.encode() in cmdline
+
+
+def _assert_children_gone(summary):
+    assert set(summary["processes"]) >= NODES - {"sim_node"}
+    for name, proc in summary["processes"].items():
+        assert not _alive(proc["pid"], proc["module"]), f"{name} (pid {proc['pid']}) still runs"
+        assert proc["exit_status"] is not None
+
+
+@pytest.mark.slow
+@pytest.mark.ros
+def test_one_episode_through_the_real_nodes(tiny_checkpoint, tmp_path):
+    out = tmp_path / "out"
+    cmd = _bringup_cmd(tiny_checkpoint, out, "--sim", "--episodes", "1", "--seed", "3",
+                       "--sim-param", "time_limit_s:=5.0")
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=_env())
+    logs = "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}"
+                     for p in sorted((out / "logs").glob("*.log")))
+    assert result.returncode == 0, f"{result.stdout}\n{result.stderr}\n{logs}"
+    summary = json.loads((out / "bringup_summary.json").read_text())
+    assert summary["episodes_requested"] == 1 and summary["aborted"] is None
+    (episode,) = summary["episodes"]
+    assert episode["status"] in bringup.OUTCOMES and episode["seed"] == 3
+    assert episode["status"] != "success"  # a 2-step policy: the 5 s limit ends it
+    assert summary["success_rate"] + summary["wrong_object_rate"] + summary["timeout_rate"] == 1
+    latency = summary["chunk_latency_ms"]
+    assert latency["count"] > 0 and math.isfinite(latency["p50"]) and latency["p50"] > 0
+    assert episode["chunks"] > 0
+    jitter = summary["tracker_period_error_ms"]
+    assert all(math.isfinite(jitter[k]) for k in ("p50", "p99"))
+    assert summary["policy_predict_ms"]["p50"] > 0
+    assert set(summary["processes"]) == NODES
+    _assert_children_gone(summary)
+    assert "success rate" in result.stdout and "period error p50" in result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.ros
+def test_sigterm_stops_every_node(tiny_checkpoint, tmp_path):
+    """Run-until-signal mode (no sim, so no chunks): SIGTERM stops the children by PID."""
+    out = tmp_path / "out"
+    stdout = tmp_path / "stdout.txt"
+    with open(stdout, "w") as fh:
+        proc = subprocess.Popen(_bringup_cmd(tiny_checkpoint, out, "--no-sim"), stdout=fh,
+                                stderr=subprocess.STDOUT, env=_env())
+    try:
+        # Up when every node has logged its start-up line (policy: after load + warm-up).
+        markers = {"rgbd_sync_node": "ready", "policy_node": "active",
+                   "pd_tracker_node": "ready"}
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            logs = {n: out / "logs" / f"{n}.log" for n in markers}
+            if all(p.exists() and markers[n] in p.read_text() for n, p in logs.items()):
+                break
+            time.sleep(0.2)  # polling files written by other processes
+        assert proc.poll() is None, stdout.read_text()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0, stdout.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    summary = json.loads((out / "bringup_summary.json").read_text())
+    assert summary["aborted"] == "SIGTERM" and summary["episodes_requested"] is None
+    assert set(summary["processes"]) == NODES - {"sim_node"}
+    _assert_children_gone(summary)
