@@ -116,7 +116,10 @@ def test_sync_node_pairs_kinect_stream_and_survives_bad_input(ros, sync_node):
     ros.wait_for(lambda: expected <= set(clouds), 10.0)
     measured = {s for s in clouds if s > t_warm}
     missing = sorted(stamps.index(s) for s in expected - measured)
-    assert measured <= expected and {s for s in images if s > t_warm} == measured
+    allowed = set(expected)
+    if stamps[16] not in measured:  # frame 16 lost in transport: reordered 15 is then on time
+        allowed.add(stamps[15])
+    assert measured <= allowed and {s for s in images if s > t_warm} == measured
     assert len(missing) <= 2, (f"missing frames {missing}, diagnostics {latest_diagnostics()}\n"
                                + sync_node.log())
 
