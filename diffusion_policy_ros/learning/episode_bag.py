@@ -151,7 +151,8 @@ def _read_messages(path: Path) -> dict[str, list[tuple[int, object]]]:
             except KeyError as exc:
                 raise BagError(f"{path}: topic {conn.topic} has unknown message type "
                                f"{conn.msgtype}") from exc
-            by_topic.setdefault(conn.topic, []).append((int(t_ns), msg))
+            # `ros2 bag record` stores fully qualified names (/joint_states).
+            by_topic.setdefault(conn.topic.lstrip("/"), []).append((int(t_ns), msg))
     except BagError:
         raise
     except Exception as exc:

@@ -1,0 +1,202 @@
+"""``dpr replay --publish``: play a rosbag2 into ROS topics, as ``ros2 bag play`` would.
+
+Every message goes out as the raw CDR recorded in the bag (rclpy publishes
+serialized bytes unchanged), in recorded order, with the original spacing of
+the bag's receive times divided by ``rate``. ``/clock`` (rosgraph_msgs/Clock)
+carries the bag time: before each message, and at ``clock_hz`` in between, so
+nodes started with ``use_sim_time:=true`` (``rgbd_sync_node``, ``policy_node``,
+``pd_tracker_node``) run on the recorded time line and can be evaluated on
+recorded data. For bags from ``dpr collect`` the bag time is the sim time the
+header stamps carry.
+
+QoS: reliable, depth 10 for every topic, except ``instruction`` (transient
+local, depth 1, as ARCHITECTURE.md specifies, so a policy started later still
+gets it). Messages published before a subscriber has matched are lost, so
+playback first waits up to ``wait_s`` for every topic to have a subscriber.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import time
+from collections import Counter
+from pathlib import Path
+
+import rclpy
+from rclpy.executors import ExternalShutdownException
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, QoSProfile
+from rosbags.rosbag2 import Reader
+from rosgraph_msgs.msg import Clock
+
+from diffusion_policy_ros.learning.episode_bag import TOPIC_INSTRUCTION, BagError
+
+
+@dataclasses.dataclass
+class PlayOptions:
+    bag: Path
+    rate: float = 1.0
+    clock: bool = True
+    clock_hz: float = 100.0
+    wait_s: float = 2.0
+    """Wait up to this long for a subscriber on every played topic before starting."""
+    topics: list[str] | None = None
+    """Play only these topics (names as recorded); None: all."""
+    namespace: str = ""
+
+
+@dataclasses.dataclass
+class PlayReport:
+    messages: dict[str, int]
+    bag_duration_s: float
+    wall_duration_s: float
+    max_lateness_ms: float
+    """Worst delay of a publish behind its scheduled wall time."""
+    unmatched_topics: list[str]
+    interrupted: bool = False
+
+    def summary(self) -> str:
+        total = sum(self.messages.values())
+        text = (f"played {total} messages on {len(self.messages)} topics: "
+                f"{self.bag_duration_s:.2f} s of bag in {self.wall_duration_s:.2f} s wall, "
+                f"max lateness {self.max_lateness_ms:.1f} ms")
+        if self.unmatched_topics:
+            text += f"\nno subscriber matched in time on: {', '.join(self.unmatched_topics)}"
+        if self.interrupted:
+            text += "\ninterrupted"
+        return text
+
+
+def message_class(msgtype: str):
+    """The rclpy message class of ``pkg/msg/Name``, or BagError when it is not installed."""
+    try:
+        package, kind, name = msgtype.split("/")
+        return getattr(importlib.import_module(f"{package}.{kind}"), name)
+    except (ValueError, ImportError, AttributeError) as exc:
+        raise BagError(f"unknown message type {msgtype}: no Python module for it in this ROS "
+                       "install (install its interface package)") from exc
+
+
+def qos_for(topic: str) -> QoSProfile:
+    if topic.lstrip("/") == TOPIC_INSTRUCTION:
+        return QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+    return QoSProfile(depth=10)
+
+
+class BagPlayer(Node):
+    """Publishers for a bag's connections plus ``/clock``; ``play`` does the timing."""
+
+    def __init__(self, connections, options: PlayOptions, **kwargs):
+        super().__init__("dpr_bag_player", namespace=options.namespace or "", **kwargs)
+        self.options = options
+        self.pubs = {}
+        for conn in connections:
+            if conn.topic not in self.pubs:
+                self.pubs[conn.topic] = self.create_publisher(message_class(conn.msgtype),
+                                                              conn.topic, qos_for(conn.topic))
+        # Reliable depth 1 matches rclpy's / rclcpp's best-effort /clock subscriptions too.
+        self.clock_pub = (self.create_publisher(Clock, "/clock", QoSProfile(depth=1))
+                          if options.clock else None)
+
+    def unmatched(self) -> list[str]:
+        return [t for t, p in self.pubs.items() if p.get_subscription_count() == 0]
+
+    def wait_for_subscribers(self, timeout_s: float) -> list[str]:
+        deadline = time.monotonic() + timeout_s
+        while self.unmatched() and time.monotonic() < deadline and self.context.ok():
+            time.sleep(0.02)
+        return self.unmatched()
+
+    def publish_clock(self, t_ns: int) -> None:
+        if self.clock_pub is not None:
+            msg = Clock()
+            msg.clock.sec, msg.clock.nanosec = divmod(int(t_ns), 1_000_000_000)
+            self.clock_pub.publish(msg)
+
+    def play(self, messages) -> tuple[Counter, float, float, float, bool]:
+        """Publish ``(connection, t_ns, raw)`` in order with scaled timing."""
+        rate = self.options.rate
+        clock_period_s = 1.0 / self.options.clock_hz if self.options.clock_hz > 0 else None
+        counts: Counter = Counter()
+        t0_bag = t_last = None
+        wall0 = time.monotonic()
+        lateness = 0.0
+        for conn, t_ns, raw in messages:
+            if not self.context.ok():
+                return counts, t_last or 0, t0_bag or 0, lateness, True
+            if t0_bag is None:
+                t0_bag, wall0 = t_ns, time.monotonic()
+            due = wall0 + (t_ns - t0_bag) * 1e-9 / rate
+            while (now := time.monotonic()) < due:
+                if clock_period_s is None:
+                    time.sleep(due - now)
+                    break
+                time.sleep(min(due - now, clock_period_s))
+                now = min(time.monotonic(), due)
+                self.publish_clock(t0_bag + int((now - wall0) * rate * 1e9))
+            lateness = max(lateness, time.monotonic() - due)
+            self.publish_clock(t_ns)
+            self.pubs[conn.topic].publish(bytes(raw))
+            counts[conn.topic] += 1
+            t_last = t_ns
+        return counts, t_last or 0, t0_bag or 0, lateness, False
+
+
+def play(options: PlayOptions, context=None) -> PlayReport:
+    """Play the bag (see module docstring); rclpy must be initialised (``context``)."""
+    if options.rate <= 0:
+        raise ValueError("rate must be > 0")
+    path = Path(options.bag)
+    if not path.exists():
+        raise BagError(f"{path}: no such bag")
+    try:
+        reader = Reader(path)
+        reader.open()
+    except Exception as exc:  # rosbags raises several types for damaged bags
+        raise BagError(f"{path}: cannot open as rosbag2: {exc}") from exc
+    try:
+        connections = [c for c in reader.connections
+                       if options.topics is None or c.topic in options.topics]
+        if options.topics is not None:
+            missing = sorted(set(options.topics) - {c.topic for c in connections})
+            if missing:
+                raise BagError(f"{path}: no such topics in the bag: {missing}")
+        player = BagPlayer(connections, options, context=context)
+        try:
+            unmatched = player.wait_for_subscribers(options.wait_s)
+            wall0 = time.monotonic()
+            try:
+                counts, t_last, t_first, lateness, interrupted = player.play(
+                    reader.messages(connections=connections))
+            except (BagError, KeyboardInterrupt, ExternalShutdownException):
+                raise
+            except Exception as exc:
+                if not player.context.ok():
+                    counts, t_last, t_first, lateness, interrupted = Counter(), 0, 0, 0.0, True
+                else:
+                    raise BagError(f"{path}: corrupt or truncated bag: {exc}") from exc
+            return PlayReport(dict(counts), (t_last - t_first) * 1e-9, time.monotonic() - wall0,
+                              lateness * 1e3, unmatched, interrupted)
+        finally:
+            player.destroy_node()
+    finally:
+        reader.close()
+
+
+def run(options: PlayOptions) -> int:
+    """``dpr replay --publish``: exit code 0, or 2 for an unusable bag."""
+    import sys
+
+    rclpy.init()
+    try:
+        report = play(options)
+    except BagError as exc:
+        print(f"dpr replay: {exc}", file=sys.stderr)
+        return 2
+    except (KeyboardInterrupt, ExternalShutdownException):
+        return 0
+    finally:
+        rclpy.try_shutdown()
+    print(report.summary())
+    return 0
