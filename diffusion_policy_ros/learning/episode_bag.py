@@ -135,7 +135,8 @@ class EpisodeRecord:
         return int(self.stamps_ns.shape[0])
 
 
-def _read_messages(path: Path) -> dict[str, list[tuple[int, object]]]:
+def open_bag(path: Path) -> Reader:
+    """An opened rosbag2 reader (sqlite3 or MCAP); ``BagError`` when it is not one."""
     if not path.exists():
         raise BagError(f"{path}: no such bag")
     try:
@@ -143,6 +144,11 @@ def _read_messages(path: Path) -> dict[str, list[tuple[int, object]]]:
         reader.open()
     except Exception as exc:  # rosbags raises several types for damaged bags
         raise BagError(f"{path}: cannot open as rosbag2: {exc}") from exc
+    return reader
+
+
+def _read_messages(path: Path) -> dict[str, list[tuple[int, object]]]:
+    reader = open_bag(path)
     by_topic: dict[str, list[tuple[int, object]]] = {}
     try:
         for conn, t_ns, raw in reader.messages():

@@ -27,10 +27,9 @@ import rclpy
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile
-from rosbags.rosbag2 import Reader
 from rosgraph_msgs.msg import Clock
 
-from diffusion_policy_ros.learning.episode_bag import TOPIC_INSTRUCTION, BagError
+from diffusion_policy_ros.learning.episode_bag import TOPIC_INSTRUCTION, BagError, open_bag
 
 
 @dataclasses.dataclass
@@ -148,13 +147,7 @@ def play(options: PlayOptions, context=None) -> PlayReport:
     if options.rate <= 0:
         raise ValueError("rate must be > 0")
     path = Path(options.bag)
-    if not path.exists():
-        raise BagError(f"{path}: no such bag")
-    try:
-        reader = Reader(path)
-        reader.open()
-    except Exception as exc:  # rosbags raises several types for damaged bags
-        raise BagError(f"{path}: cannot open as rosbag2: {exc}") from exc
+    reader = open_bag(path)
     try:
         connections = [c for c in reader.connections
                        if options.topics is None or c.topic in options.topics]

@@ -76,8 +76,6 @@ def test_publish_plays_raw_cdr_with_bag_clock(ros, tmp_path):
     assert stamps == sorted(stamps) and stamps[0] == T0 and stamps[-1] == T0 + 99 * JS_PERIOD
     clock = got["clock"]
     assert clock == sorted(clock) and clock[-1] == T0 + 99 * JS_PERIOD and clock[0] >= T0
-    # The clock seen just before a joint state never runs ahead of its stamp.
-    assert all(c <= s for s, c in got["joint_states"])
     played = re.search(r"([0-9.]+) s of bag in ([0-9.]+) s wall", output)
     assert float(played[1]) == pytest.approx(0.99)
     assert 0.99 / 2 * 0.95 < float(played[2]) < wall  # rate 2: half the bag's time
