@@ -11,7 +11,7 @@ from rosbags.rosbag2 import Reader, StoragePlugin, Writer
 
 from diffusion_policy_ros.cli import main
 from diffusion_policy_ros.learning import bag_messages as bm
-from diffusion_policy_ros.learning.collect import collect, episode_name
+from diffusion_policy_ros.learning.collect import episode_name
 from diffusion_policy_ros.learning.episode_bag import (
     TOPIC_CAMERA_INFO,
     TOPIC_DEPTH,
@@ -29,27 +29,15 @@ from diffusion_policy_ros.learning.replay import (
     query_indices,
     replay,
 )
-from diffusion_policy_ros.learning.train import train
-from diffusion_policy_ros.learning.train_config import TrainConfig
-from diffusion_policy_ros.policy.configuration_diffusion import DiffusionPolicyConfig
 
-TINY = dict(image_base_channels=8, image_stages=2, image_token_grid=2, norm_groups=4,
-            point_feature_dim=32, point_tokens=4, fusion_dim=32, fusion_layers=1,
-            fusion_heads=2, cond_dim=32, timestep_embed_dim=32, unet_base_dim=16,
-            unet_levels=2, num_inference_steps=2)
 SEED = 21
 RAW_TOPICS = (TOPIC_RGB, TOPIC_DEPTH, TOPIC_CAMERA_INFO, TOPIC_JOINT_STATES, TOPIC_INSTRUCTION)
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory):
+def recorded(tiny_demos, tiny_checkpoint):
     """One collected episode (with raw camera topics) and a tiny checkpoint trained on it."""
-    out = tmp_path_factory.mktemp("demos")
-    collect(1, out, seed=SEED, raw_camera=True, progress=False)
-    tc = TrainConfig(steps=2, batch_size=8, warmup_steps=1, val_fraction=0.0, num_threads=1)
-    ckpt = train(out, DiffusionPolicyConfig(**TINY), tc, out.parent / f"{out.name}_run",
-                 progress=False)
-    return out / episode_name(SEED), ckpt
+    return tiny_demos / episode_name(SEED), tiny_checkpoint
 
 
 def _raw_only_copy(src, dst):

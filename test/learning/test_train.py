@@ -4,7 +4,6 @@ import json
 
 import pytest
 
-from diffusion_policy_ros.learning.collect import collect
 from diffusion_policy_ros.learning.train import train
 from diffusion_policy_ros.learning.train_config import TrainConfig, load_train_config
 from diffusion_policy_ros.policy.checkpoint import load_checkpoint
@@ -15,25 +14,22 @@ from diffusion_policy_ros.policy.configuration_diffusion import (
 
 pytestmark = pytest.mark.slow  # trains policies: ~1 min; CI runs it, -m "not slow" skips
 
-TINY = dict(image_base_channels=8, image_stages=2, image_token_grid=2, norm_groups=4,
-            point_feature_dim=32, point_tokens=4, fusion_dim=32, fusion_layers=1,
-            fusion_heads=2, cond_dim=32, timestep_embed_dim=32, unet_base_dim=16,
-            unet_levels=2)
+@pytest.fixture
+def tiny(tiny_policy_fields):
+    return {k: v for k, v in tiny_policy_fields.items() if k != "num_inference_steps"}
 
 
 @pytest.fixture(scope="module")
-def demos(tmp_path_factory):
-    out = tmp_path_factory.mktemp("demos")
-    collect(2, out, seed=21, progress=False)
-    return out
+def demos(tiny_demos):
+    return tiny_demos
 
 
 def _log(run):
     return [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
 
 
-def test_tiny_policy_loss_falls_and_checkpoint_loads(demos, tmp_path):
-    config = DiffusionPolicyConfig(**TINY)
+def test_tiny_policy_loss_falls_and_checkpoint_loads(demos, tiny, tmp_path):
+    config = DiffusionPolicyConfig(**tiny)
     tc = TrainConfig(steps=150, batch_size=16, lr=2e-3, warmup_steps=10, log_every=10,
                      val_every=150, checkpoint_every=150, val_fraction=0.0, num_threads=2)
     ckpt = train(demos, config, tc, tmp_path / "run", progress=False)
@@ -44,8 +40,8 @@ def test_tiny_policy_loss_falls_and_checkpoint_loads(demos, tmp_path):
     assert policy.config == config
 
 
-def test_resume_continues_the_same_run(demos, tmp_path):
-    config = DiffusionPolicyConfig(**TINY)
+def test_resume_continues_the_same_run(demos, tiny, tmp_path):
+    config = DiffusionPolicyConfig(**tiny)
     full = TrainConfig(steps=12, batch_size=8, warmup_steps=2, log_every=1, val_every=100,
                        checkpoint_every=6, val_fraction=0.0, num_threads=2)
     train(demos, config, full, tmp_path / "a", progress=False)
@@ -66,14 +62,11 @@ def test_shipped_configs_load():
         assert load_policy_config(name).horizon == 16
 
 
-def test_closed_loop_evaluation_runs_a_checkpoint(demos, tmp_path):
+def test_closed_loop_evaluation_runs_a_checkpoint(tiny_checkpoint, tmp_path):
     from diffusion_policy_ros.learning.evaluate import evaluate, write_report
 
-    config = DiffusionPolicyConfig(**TINY, num_inference_steps=2)
-    tc = TrainConfig(steps=2, batch_size=8, warmup_steps=1, val_fraction=0.0, num_threads=2)
-    ckpt = train(demos, config, tc, tmp_path / "run", progress=False)
     for mode in ("task", "wrong"):
-        summary, outcomes = evaluate(ckpt, episodes=1, seed=40, instruction_mode=mode,
+        summary, outcomes = evaluate(tiny_checkpoint, episodes=1, seed=40, instruction_mode=mode,
                                      progress=False)
         assert summary["episodes"] == 1 and summary["chunk_latency_ms_p50"] > 0
         assert outcomes[0].episode_time_s > 0 and outcomes[0].chunk_latency_ms

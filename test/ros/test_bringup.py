@@ -22,12 +22,7 @@ from diffusion_policy_ros.ros import bringup
 from diffusion_policy_ros.ros.bringup import BringupError, Options
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = dict(image_base_channels=8, image_stages=2, image_token_grid=2, norm_groups=4,
-            point_feature_dim=32, point_tokens=4, fusion_dim=32, fusion_layers=1,
-            fusion_heads=2, cond_dim=32, timestep_embed_dim=32, unet_base_dim=16,
-            unet_levels=2)
 NODES = {"sim_node", "rgbd_sync_node", "policy_node", "pd_tracker_node"}
-
 
 # -- options and commands (no ROS) ------------------------------------------------------------
 
@@ -109,21 +104,6 @@ def test_summary_figures():
 
 
 # -- end to end -------------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def tiny_checkpoint(tmp_path_factory):
-    from diffusion_policy_ros.learning.collect import collect
-    from diffusion_policy_ros.learning.train import train
-    from diffusion_policy_ros.learning.train_config import TrainConfig
-    from diffusion_policy_ros.policy.configuration_diffusion import DiffusionPolicyConfig
-
-    root = tmp_path_factory.mktemp("bringup")
-    collect(2, root / "demos", seed=21, progress=False)
-    config = DiffusionPolicyConfig(**TINY, num_inference_steps=2)
-    tc = TrainConfig(steps=2, batch_size=8, warmup_steps=1, val_fraction=0.0, num_threads=1,
-                     device="cpu")
-    return train(root / "demos", config, tc, root / "run", progress=False)
-
 
 def _bringup_cmd(checkpoint, out, *extra):
     return [sys.executable, "-m", "diffusion_policy_ros.cli", "bringup",

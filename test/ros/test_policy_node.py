@@ -24,11 +24,8 @@ from trajectory_msgs.msg import JointTrajectory
 from visualization_msgs.msg import Marker, MarkerArray
 
 from diffusion_policy_ros.config import CONFIG_DIR
-from diffusion_policy_ros.learning.collect import collect, episode_name
+from diffusion_policy_ros.learning.collect import episode_name
 from diffusion_policy_ros.learning.episode_bag import read_episode
-from diffusion_policy_ros.learning.train import train
-from diffusion_policy_ros.learning.train_config import TrainConfig
-from diffusion_policy_ros.policy.configuration_diffusion import DiffusionPolicyConfig
 from diffusion_policy_ros.ros.conversions import (
     ns_to_stamp,
     rgb8_image_msg,
@@ -42,22 +39,12 @@ PARAMS = ["--params-file", str(CONFIG_DIR / "policy_node.yaml"),
           "-p", "diagnostics_period_s:=0.2", "-p", "device:=cpu"]
 NAMES = ["joint_1", "joint_2", "joint_3", "joint_4", "joint_5", "joint_6", "gripper_joint"]
 LATCHED = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
-TINY = dict(image_base_channels=8, image_stages=2, image_token_grid=2, norm_groups=4,
-            point_feature_dim=32, point_tokens=4, fusion_dim=32, fusion_layers=1,
-            fusion_heads=2, cond_dim=32, timestep_embed_dim=32, unet_base_dim=16,
-            unet_levels=2)
 
 
 @pytest.fixture(scope="module")
-def assets(tmp_path_factory):
-    """(checkpoint directory, one recorded episode) from 2 demos and 4 training steps."""
-    root = tmp_path_factory.mktemp("policy_node")
-    collect(2, root / "demos", seed=21, progress=False)
-    config = DiffusionPolicyConfig(**TINY, num_inference_steps=4)
-    tc = TrainConfig(steps=4, batch_size=8, warmup_steps=1, val_fraction=0.0, num_threads=1,
-                     device="cpu")
-    checkpoint = train(root / "demos", config, tc, root / "run", progress=False)
-    return checkpoint, read_episode(root / "demos" / episode_name(21))
+def assets(tiny_checkpoint, tiny_demos):
+    """(tiny checkpoint, one recorded episode)."""
+    return tiny_checkpoint, read_episode(tiny_demos / episode_name(21))
 
 
 class PolicyHarness:
