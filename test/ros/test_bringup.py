@@ -177,7 +177,7 @@ def test_sigterm_stops_every_node(tiny_checkpoint, tmp_path):
             logs = {n: out / "logs" / f"{n}.log" for n in markers}
             if all(p.exists() and markers[n] in p.read_text() for n, p in logs.items()):
                 break
-            time.sleep(0.2)  # polling files written by other processes
+            time.sleep(0.2)  # ok-sleep: poll interval of a deadline-bounded wait on log files
         assert proc.poll() is None, stdout.read_text()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0, stdout.read_text()
