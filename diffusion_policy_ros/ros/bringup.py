@@ -69,12 +69,12 @@ from pathlib import Path
 import numpy as np
 
 from diffusion_policy_ros.config import CONFIG_DIR
+from diffusion_policy_ros.ros.processes import wait_or_kill
 
 #: Where ``dpr train`` output is expected to be installed for ``ros2 launch`` and bringup.
 DEFAULT_CHECKPOINT = CONFIG_DIR.parent / "checkpoints" / "grasp_unet"
 OUTCOMES = ("success", "wrong_object", "timeout")
 STATUS_PERIOD_S = 10.0
-STOP_TIMEOUT_S = 10.0
 _OVERRIDE = re.compile(r"^[A-Za-z_][\w.]*:=.*$", re.DOTALL)
 
 
@@ -311,20 +311,13 @@ class Children:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
             if i == 0:
-                self._wait(proc)
+                wait_or_kill(proc)
         for name in order[1:]:
-            self._wait(self.procs[name])
+            wait_or_kill(self.procs[name])
         for fh in self._logs:
             fh.close()
         return {name: p.returncode for name, p in self.procs.items()}
 
-    @staticmethod
-    def _wait(proc: subprocess.Popen) -> None:
-        try:
-            proc.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 # -- ROS side ---------------------------------------------------------------------------------

@@ -9,7 +9,6 @@ driver's topics and checks the observations as the policy would see them
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -36,6 +35,7 @@ from diffusion_policy_ros.ros.conversions import (
     stamp_to_ns,
     xyzrgb_from_cloud_msg,
 )
+from diffusion_policy_ros.ros.processes import stop_process
 
 CAMERAS = {"1280x720": KINECT_720P, "640x576": KINECT_NFOV}
 
@@ -157,9 +157,4 @@ def run(seconds: float = 10.0, resolution: str = "1280x720") -> int:
         return 0 if ok else 1
     finally:
         rclpy.try_shutdown()
-        node_proc.send_signal(signal.SIGTERM)
-        try:
-            node_proc.wait(10)
-        except subprocess.TimeoutExpired:
-            node_proc.kill()
-            node_proc.wait()
+        stop_process(node_proc)

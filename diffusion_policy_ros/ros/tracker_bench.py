@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from sensor_msgs.msg import JointState
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from diffusion_policy_ros.config import CONFIG_DIR
+from diffusion_policy_ros.ros.processes import stop_process
 
 ARM = [f"joint_{i}" for i in range(1, 7)]
 Q0 = [0.0, -1.57, 1.57, -1.57, -1.57, 0.0]
@@ -105,12 +105,7 @@ def _measure(rate_hz: float, load: bool, seconds: float) -> dict[str, str]:
             loader.join()
         executor.shutdown()
         node.destroy_node()
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
 
 
 def run(seconds: float = 10.0) -> int:

@@ -1,7 +1,6 @@
 """ROS test plumbing: isolated discovery, node processes stopped by PID, waiting on conditions."""
 
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -17,6 +16,8 @@ os.environ.setdefault("ROS_LOG_DIR", tempfile.mkdtemp(prefix="dpr-ros-log-"))
 
 import rclpy  # noqa: E402
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402
+
+from diffusion_policy_ros.ros.processes import stop_process  # noqa: E402
 
 
 class NodeProcess:
@@ -38,15 +39,9 @@ class NodeProcess:
             return fh.read()
 
     def stop(self, timeout_s: float = 10.0) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        code = stop_process(self.proc, timeout_s)
         self._log.close()
-        return self.proc.returncode
+        return code
 
 
 @pytest.fixture
