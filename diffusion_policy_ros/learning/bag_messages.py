@@ -12,7 +12,12 @@ from rosbags.typesys import Stores, get_typestore
 
 from diffusion_policy_ros.perception.geometry import CameraModel
 from diffusion_policy_ros.perception.image_decoding import RawImage
-from diffusion_policy_ros.perception.sampling import pack_rgb_float, unpack_rgb_float
+from diffusion_policy_ros.perception.sampling import (
+    POINTFIELD_FLOAT32,
+    XYZRGB_FIELDS,
+    xyzrgb_bytes,
+    xyzrgb_from_bytes,
+)
 
 TYPESTORE = get_typestore(Stores.ROS2_KILTED)
 T = TYPESTORE.types
@@ -80,30 +85,19 @@ def camera_model(msg) -> CameraModel:
 
 def xyzrgb_cloud(points: np.ndarray, colors: np.ndarray, stamp_ns: int, frame_id: str):
     field = T["sensor_msgs/msg/PointField"]
-    fields = [field(name=n, offset=4 * i, datatype=7, count=1)
-              for i, n in enumerate(("x", "y", "z", "rgb"))]
+    fields = [field(name=n, offset=4 * i, datatype=POINTFIELD_FLOAT32, count=1)
+              for i, n in enumerate(XYZRGB_FIELDS)]
     n = points.shape[0]
-    buf = np.empty((n, 4), dtype=np.float32)
-    buf[:, :3] = points
-    buf[:, 3] = pack_rgb_float(colors)
     return T[POINT_CLOUD2](header=header(stamp_ns, frame_id), height=1, width=n, fields=fields,
                            is_bigendian=False, point_step=16, row_step=16 * n,
-                           data=buf.view(np.uint8).reshape(-1), is_dense=True)
+                           data=xyzrgb_bytes(points, colors), is_dense=True)
 
 
 def xyzrgb_from_cloud(msg) -> tuple[np.ndarray, np.ndarray]:
     """(points ``(n, 3)`` float32, colours ``(n, 3)`` uint8) of an x y z rgb float32 cloud."""
-    offsets = {f.name: f.offset for f in msg.fields}
-    if not {"x", "y", "z", "rgb"} <= set(offsets):
-        raise ValueError(f"PointCloud2 lacks x y z rgb fields (has {sorted(offsets)})")
-    n = int(msg.width) * int(msg.height)
-    rows = np.asarray(msg.data, dtype=np.uint8).reshape(n, int(msg.point_step))
-
-    def col(name: str) -> np.ndarray:
-        o = offsets[name]
-        return rows[:, o: o + 4].copy().view(np.float32)[:, 0]
-
-    return np.stack([col("x"), col("y"), col("z")], axis=1), unpack_rgb_float(col("rgb"))
+    fields = {f.name: (f.offset, f.datatype) for f in msg.fields}
+    return xyzrgb_from_bytes(np.asarray(msg.data, dtype=np.uint8),
+                             int(msg.width) * int(msg.height), int(msg.point_step), fields)
 
 
 def joint_state(names, position, velocity, effort, stamp_ns: int):

@@ -132,3 +132,43 @@ def unpack_rgb_float(packed: np.ndarray) -> np.ndarray:
     bits = np.ascontiguousarray(packed, dtype=np.float32).view(np.uint32)
     channels = [(bits >> 16) & 0xFF, (bits >> 8) & 0xFF, bits & 0xFF]
     return np.stack(channels, axis=-1).astype(np.uint8)
+
+
+XYZRGB_FIELDS = ("x", "y", "z", "rgb")
+"""PointCloud2 layout of observation/points and camera/points: float32 each, 16 bytes a point."""
+POINTFIELD_FLOAT32 = 7
+"""sensor_msgs/PointField.FLOAT32."""
+
+
+def xyzrgb_bytes(points: np.ndarray, colors: np.ndarray) -> np.ndarray:
+    """``(16 n,)`` uint8 PointCloud2 data for float32 x y z + packed rgb."""
+    buf = np.empty((points.shape[0], 4), dtype=np.float32)
+    buf[:, :3] = points
+    buf[:, 3] = pack_rgb_float(colors)
+    return buf.view(np.uint8).reshape(-1)
+
+
+def xyzrgb_from_bytes(data, n_points: int, point_step: int,
+                      fields: dict[str, tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    """(points ``(n, 3)`` float32, colours ``(n, 3)`` uint8) from PointCloud2 data.
+
+    ``fields`` maps a field name to its (offset, datatype); x y z rgb must be float32.
+    Raises ``ValueError`` for other layouts or a data size that does not fit.
+    """
+    missing = [n for n in XYZRGB_FIELDS if n not in fields]
+    wrong = [n for n in XYZRGB_FIELDS if n in fields and fields[n][1] != POINTFIELD_FLOAT32]
+    if missing or wrong:
+        raise ValueError(f"PointCloud2 needs float32 x y z rgb fields, missing {missing}, "
+                         f"not float32 {wrong}")
+    raw = np.frombuffer(data, dtype=np.uint8)
+    if raw.size != n_points * point_step:
+        raise ValueError(f"PointCloud2 data has {raw.size} bytes, expected "
+                         f"{n_points} x {point_step}")
+    rows = raw.reshape(n_points, point_step)
+
+    def col(name: str) -> np.ndarray:
+        o = fields[name][0]
+        return rows[:, o: o + 4].copy().view(np.float32)[:, 0]
+
+    points = np.stack([col("x"), col("y"), col("z")], axis=1)
+    return points, unpack_rgb_float(col("rgb"))

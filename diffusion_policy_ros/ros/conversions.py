@@ -9,7 +9,11 @@ from std_msgs.msg import Header
 
 from diffusion_policy_ros.perception.geometry import CameraModel
 from diffusion_policy_ros.perception.image_decoding import RawImage
-from diffusion_policy_ros.perception.sampling import pack_rgb_float, unpack_rgb_float
+from diffusion_policy_ros.perception.sampling import (
+    XYZRGB_FIELDS,
+    xyzrgb_bytes,
+    xyzrgb_from_bytes,
+)
 
 
 def stamp_to_ns(stamp: Time) -> int:
@@ -54,36 +58,19 @@ def rgb8_image_msg(rgb: np.ndarray, header: Header) -> Image:
 
 
 _XYZRGB_FIELDS = [PointField(name=n, offset=4 * i, datatype=PointField.FLOAT32, count=1)
-                  for i, n in enumerate(("x", "y", "z", "rgb"))]
+                  for i, n in enumerate(XYZRGB_FIELDS)]
 
 
 def xyzrgb_cloud_msg(points: np.ndarray, colors: np.ndarray, header: Header) -> PointCloud2:
     """Unordered PointCloud2 with float32 x y z and PCL-packed rgb (16 bytes a point)."""
     n = points.shape[0]
-    buf = np.empty((n, 4), dtype=np.float32)
-    buf[:, :3] = points
-    buf[:, 3] = pack_rgb_float(colors)
     msg = PointCloud2(header=header, height=1, width=n, fields=_XYZRGB_FIELDS,
                       is_bigendian=False, point_step=16, row_step=16 * n, is_dense=True)
-    msg.data = buf.tobytes()
+    msg.data = xyzrgb_bytes(points, colors).tobytes()
     return msg
 
 
 def xyzrgb_from_cloud_msg(msg: PointCloud2) -> tuple[np.ndarray, np.ndarray]:
     """(points ``(n, 3)`` float32, colours ``(n, 3)`` uint8) from an x y z rgb float32 cloud."""
-    offsets = {f.name: f.offset for f in msg.fields}
-    missing = {"x", "y", "z", "rgb"} - set(offsets)
-    if missing or any(f.datatype != PointField.FLOAT32 for f in msg.fields if f.name in offsets):
-        raise ValueError(f"PointCloud2 needs float32 x y z rgb fields, missing {sorted(missing)}")
-    n = msg.width * msg.height
-    raw = np.frombuffer(msg.data, dtype=np.uint8)
-    if raw.size != n * msg.point_step:
-        raise ValueError(f"PointCloud2 data has {raw.size} bytes, expected {n * msg.point_step}")
-    rows = raw.reshape(n, msg.point_step)
-
-    def col(name: str) -> np.ndarray:
-        o = offsets[name]
-        return rows[:, o: o + 4].copy().view(np.float32)[:, 0]
-
-    points = np.stack([col("x"), col("y"), col("z")], axis=1)
-    return points, unpack_rgb_float(col("rgb"))
+    fields = {f.name: (f.offset, f.datatype) for f in msg.fields}
+    return xyzrgb_from_bytes(msg.data, msg.width * msg.height, msg.point_step, fields)
