@@ -1,8 +1,11 @@
 """One rank of the DDP gradient check (run by test_ddp.py as its own process).
 
-usage: ddp_worker.py RANK WORLD PORT OUT.safetensors
+usage: ddp_worker.py RANK WORLD STORE_FILE OUT.safetensors
+
+Rendezvous through a file store (no port to race for) and gloo on loopback.
 """
 
+import datetime
 import os
 import sys
 
@@ -15,10 +18,11 @@ from ddp_case import B, make_inputs, make_model  # noqa: E402
 
 
 def main() -> None:
-    rank, world, port, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+    rank, world, store, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=60))
     model = make_model()
     model.forward = model.compute_loss  # DDP's hooks run on forward()
     ddp = torch.nn.parallel.DistributedDataParallel(model)

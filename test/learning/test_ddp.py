@@ -1,12 +1,13 @@
 """DistributedDataParallel over 2 gloo processes = 1 process on the same batch."""
 
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
+
+from diffusion_policy_ros.ros.processes import stop_process
 
 sys.path.insert(0, str(Path(__file__).parent))
 from ddp_case import make_inputs, make_model  # noqa: E402
@@ -19,13 +20,15 @@ def test_two_gloo_processes_average_to_the_single_process_gradient(tmp_path):
     batch, noise, steps = make_inputs()
     model.compute_loss(batch, noise, steps).backward()
     reference = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = str(s.getsockname()[1])
     out = tmp_path / "grads.safetensors"
-    procs = [subprocess.Popen([sys.executable, str(WORKER), str(rank), "2", port, str(out)])
+    store = tmp_path / "rendezvous"
+    procs = [subprocess.Popen([sys.executable, str(WORKER), str(rank), "2", str(store), str(out)])
              for rank in range(2)]
-    assert [p.wait(timeout=240) for p in procs] == [0, 0]
+    try:
+        assert [p.wait(timeout=180) for p in procs] == [0, 0]
+    finally:
+        for p in procs:
+            stop_process(p)
     ddp_grads = load_file(str(out))
     assert set(ddp_grads) == set(reference)
     for name, grad in reference.items():
