@@ -9,9 +9,9 @@ nodes started with ``use_sim_time:=true`` (``rgbd_sync_node``, ``policy_node``,
 recorded data. For bags from ``dpr collect`` the bag time is the sim time the
 header stamps carry.
 
-QoS: reliable, depth 10 for every topic, except ``instruction`` (transient
-local, depth 1, as ARCHITECTURE.md specifies, so a policy started later still
-gets it). Messages published before a subscriber has matched are lost, so
+QoS: reliable, depth 100 (10 for images and clouds) for every topic, except
+``instruction`` (transient local, depth 1, as ARCHITECTURE.md specifies, so a
+policy started later still gets it). Messages published before a subscriber has matched are lost, so
 playback first waits up to ``wait_s`` for every topic to have a subscriber.
 """
 
@@ -24,6 +24,7 @@ from collections import Counter
 from pathlib import Path
 
 import rclpy
+from rclpy.duration import Duration
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile
@@ -40,6 +41,8 @@ class PlayOptions:
     clock_hz: float = 100.0
     wait_s: float = 2.0
     """Wait up to this long for a subscriber on every played topic before starting."""
+    flush_s: float = 2.0
+    """After the last message, wait up to this long for every subscriber's acknowledgement."""
     topics: list[str] | None = None
     """Play only these topics (names as recorded); None: all."""
     namespace: str = ""
@@ -77,10 +80,19 @@ def message_class(msgtype: str):
                        "install (install its interface package)") from exc
 
 
-def qos_for(topic: str) -> QoSProfile:
+LARGE_MESSAGE_TYPES = ("sensor_msgs/msg/Image", "sensor_msgs/msg/PointCloud2")
+
+
+def qos_for(topic: str, msgtype: str = "") -> QoSProfile:
+    """Reliable; the history is what a late-matching subscriber can still recover.
+
+    Small messages keep 100 (0.2 s of 500 Hz joint states), so a subscriber whose
+    side of discovery completes a little after ours still gets the first ones;
+    images and clouds keep 10 (a few MB each).
+    """
     if topic.lstrip("/") == TOPIC_INSTRUCTION:
         return QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
-    return QoSProfile(depth=10)
+    return QoSProfile(depth=10 if msgtype in LARGE_MESSAGE_TYPES else 100)
 
 
 class BagPlayer(Node):
@@ -92,8 +104,8 @@ class BagPlayer(Node):
         self.pubs = {}
         for conn in connections:
             if conn.topic not in self.pubs:
-                self.pubs[conn.topic] = self.create_publisher(message_class(conn.msgtype),
-                                                              conn.topic, qos_for(conn.topic))
+                self.pubs[conn.topic] = self.create_publisher(
+                    message_class(conn.msgtype), conn.topic, qos_for(conn.topic, conn.msgtype))
         # Reliable depth 1 matches rclpy's / rclcpp's best-effort /clock subscriptions too.
         self.clock_pub = (self.create_publisher(Clock, "/clock", QoSProfile(depth=1))
                           if options.clock else None)
@@ -106,6 +118,19 @@ class BagPlayer(Node):
         while self.unmatched() and time.monotonic() < deadline and self.context.ok():
             time.sleep(0.02)
         return self.unmatched()
+
+    def flush(self, timeout_s: float) -> bool:
+        """Wait until every subscriber acknowledged what was published (reliable QoS).
+
+        Without it the last messages can be lost when the player exits right after
+        publishing them, before the DDS retransmission they may need.
+        """
+        deadline = time.monotonic() + timeout_s
+        for pub in self.pubs.values():
+            left = max(0.0, deadline - time.monotonic())
+            if not pub.wait_for_all_acked(Duration(nanoseconds=int(left * 1e9))):
+                return False
+        return True
 
     def publish_clock(self, t_ns: int) -> None:
         if self.clock_pub is not None:
@@ -169,6 +194,8 @@ def play(options: PlayOptions, context=None) -> PlayReport:
                     counts, t_last, t_first, lateness, interrupted = Counter(), 0, 0, 0.0, True
                 else:
                     raise BagError(f"{path}: corrupt or truncated bag: {exc}") from exc
+            if not interrupted:
+                player.flush(options.flush_s)
             return PlayReport(dict(counts), (t_last - t_first) * 1e-9, time.monotonic() - wall0,
                               lateness * 1e3, unmatched, interrupted)
         finally:
