@@ -91,7 +91,8 @@ def _eval(args: argparse.Namespace) -> int:
     from diffusion_policy_ros.learning.evaluate import evaluate, write_report
 
     summary, outcomes = evaluate(args.checkpoint, args.episodes, args.seed,
-                                 args.instructions, args.device, args.steps)
+                                 args.instructions, args.device, args.steps,
+                                 media_dir=args.out)
     print(json.dumps(summary, indent=2))
     if args.report:
         write_report(args.report, summary, outcomes)
@@ -165,6 +166,9 @@ def build_parser() -> argparse.ArgumentParser:
     evaluation.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda", "npu"])
     evaluation.add_argument("--steps", type=int, help="DDIM steps (default: the checkpoint's)")
     evaluation.add_argument("--report", help="write the per-episode JSON report here")
+    evaluation.add_argument("--out", help="write per-episode GIF (camera view + predicted "
+                            "end-effector path) and PNG plot (references vs measured joints, "
+                            "chunk latency) into this directory")
     evaluation.set_defaults(func=_eval)
 
     rep = sub.add_parser("replay", help="run perception + policy offline over a recorded "

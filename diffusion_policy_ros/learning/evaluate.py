@@ -10,6 +10,11 @@ arrive with zero latency here; the ROS path (``--ros``) has real latency.
 instruction for another object, the same for the whole episode): a policy
 that follows the words must then mostly lift that other object, i.e. score a
 high wrong-object rate and a low success rate.
+
+``media_dir``: per episode a GIF of the camera view with the end-effector
+path of each chunk drawn in (forward kinematics of its joint positions) and a
+plot of tracker references vs measured joints and the chunk latency
+(``episode_<seed>.gif`` / ``.png``).
 """
 
 from __future__ import annotations
@@ -22,11 +27,14 @@ from pathlib import Path
 
 import numpy as np
 
+from diffusion_policy_ros.perception.image_decoding import decode_color
 from diffusion_policy_ros.policy.runner import PolicyRunner
 from diffusion_policy_ros.sim.env import GraspEnv
+from diffusion_policy_ros.sim.ik import TcpIk
 from diffusion_policy_ros.sim.scene import JOINT_NAMES
 from diffusion_policy_ros.sim.sim_config import load_sim_config
 from diffusion_policy_ros.sim.task import TEMPLATES, GraspTask, instruction_for
+from diffusion_policy_ros.viz.episode_media import EpisodeRecording, PathProjector
 
 INSTRUCTION_MODES = ("task", "wrong")
 
@@ -52,8 +60,50 @@ def _template_of(instruction: str) -> str:
     return "other"
 
 
+def _result(outcome: EpisodeOutcome) -> str:
+    if outcome.success:
+        return "success"
+    return f"wrong object {outcome.wrong_object}" if outcome.wrong_object else "timeout"
+
+
+class _EpisodeMedia:
+    """Feeds an ``EpisodeRecording`` from the in-process loop."""
+
+    def __init__(self, env: GraspEnv, title: str):
+        self.env = env
+        self.fk = TcpIk(env.runtime.scene.model)
+        self.recording = EpisodeRecording(JOINT_NAMES, env.runtime.time_s, title)
+        self._steps = 0
+
+    def after_physics_step(self, runtime) -> None:
+        self._steps += 1
+        if self._steps % 10:  # 50 Hz of the 500 Hz physics is enough for a plot
+            return
+        self.recording.add_measured(runtime.time_s, runtime.scene.joint_positions())
+        command = runtime.last_command
+        if command is not None and command.gripper_opening_m is not None:
+            self.recording.add_reference(runtime.time_s,
+                                         [*command.q_ref, command.gripper_opening_m])
+
+    def chunk(self, chunk: np.ndarray, latency_ms: float) -> None:
+        path = np.array([self.fk.forward(row[:6])[0] for row in chunk])
+        self.recording.set_path(path, closing=chunk[-1, 6] < chunk[0, 6] - 1e-3)
+        self.recording.add_chunk(self.env.runtime.time_s, latency_ms)
+
+    def frame(self, caption: str) -> None:
+        frame = self.env.last_frame
+        self.recording.add_frame(frame.stamp_s, decode_color(frame.color), caption)
+
+    def write(self, out_dir: Path, stem: str, caption: str) -> dict[str, str]:
+        self.frame(caption)
+        pipeline = self.env.pipeline
+        projector = PathProjector(pipeline.camera, pipeline.camera_to_base)
+        return self.recording.write(out_dir, stem, projector)
+
+
 def run_policy_episode(env: GraspEnv, runner: PolicyRunner, seed: int,
-                       instruction_mode: str = "task") -> EpisodeOutcome:
+                       instruction_mode: str = "task",
+                       media_dir: str | Path | None = None) -> EpisodeOutcome:
     obs, info = env.reset(seed)
     task = info["task"]
     instruction = task.instruction
@@ -65,18 +115,30 @@ def run_policy_episode(env: GraspEnv, runner: PolicyRunner, seed: int,
         obs, info = env.reset(seed, task=GraspTask(task.target, instruction))
     n_obs = runner.config.n_obs_steps
     history = collections.deque([obs] * n_obs, maxlen=n_obs)
+    media = _EpisodeMedia(env, f"seed {seed}: '{instruction}' (target {task.target})") \
+        if media_dir is not None else None
+    env.after_physics_step = media.after_physics_step if media else None
     latencies, done = [], False
-    while not done:
-        t0 = time.perf_counter()
-        chunk = runner.predict(list(history), instruction, seed=seed)
-        latencies.append((time.perf_counter() - t0) * 1e3)
-        obs, _, terminated, truncated, info = env.step(chunk, history[-1]["stamp_s"])
-        history.append(obs)
-        done = terminated or truncated
+    try:
+        while not done:
+            t0 = time.perf_counter()
+            chunk = runner.predict(list(history), instruction, seed=seed)
+            latencies.append((time.perf_counter() - t0) * 1e3)
+            if media:
+                media.chunk(chunk, latencies[-1])
+                media.frame(f"'{instruction}'")
+            obs, _, terminated, truncated, info = env.step(chunk, history[-1]["stamp_s"])
+            history.append(obs)
+            done = terminated or truncated
+    finally:
+        env.after_physics_step = None
     state = info["task"]
-    return EpisodeOutcome(seed, state.target, instruction, _template_of(instruction),
-                          state.success, state.wrong_object, state.timed_out, state.elapsed_s,
-                          latencies)
+    outcome = EpisodeOutcome(seed, state.target, instruction, _template_of(instruction),
+                             state.success, state.wrong_object, state.timed_out,
+                             state.elapsed_s, latencies)
+    if media:
+        media.write(Path(media_dir), f"episode_{seed}", f"'{instruction}': {_result(outcome)}")
+    return outcome
 
 
 def summarize(outcomes: list[EpisodeOutcome]) -> dict:
@@ -105,7 +167,8 @@ def summarize(outcomes: list[EpisodeOutcome]) -> dict:
 def evaluate(checkpoint: str | Path, episodes: int = 100, seed: int = 0,
              instruction_mode: str = "task", device: str = "cpu",
              num_inference_steps: int | None = None, num_threads: int | None = 1,
-             progress: bool = True) -> tuple[dict, list[EpisodeOutcome]]:
+             progress: bool = True,
+             media_dir: str | Path | None = None) -> tuple[dict, list[EpisodeOutcome]]:
     """Closed-loop episodes with seeds ``seed .. seed + episodes - 1``."""
     if instruction_mode not in INSTRUCTION_MODES:
         raise ValueError(f"instruction_mode must be one of {INSTRUCTION_MODES}")
@@ -115,15 +178,15 @@ def evaluate(checkpoint: str | Path, episodes: int = 100, seed: int = 0,
     config = dataclasses.replace(load_sim_config(), render_observations=True,
                                  chunk_horizon=runner.config.horizon,
                                  chunk_dt_s=runner.config.action_dt_s)
+    runner.warmup("pick up the red cube")  # one-off costs stay out of the latency figures
     outcomes = []
     with GraspEnv(config) as env:
         for i in range(episodes):
-            outcomes.append(run_policy_episode(env, runner, seed + i, instruction_mode))
+            outcomes.append(run_policy_episode(env, runner, seed + i, instruction_mode,
+                                               media_dir))
             if progress:
                 o = outcomes[-1]
-                result = ("success" if o.success else f"wrong object {o.wrong_object}"
-                          if o.wrong_object else "timeout")
-                print(f"[{i + 1}/{episodes}] seed {o.seed} {o.target}: {result} "
+                print(f"[{i + 1}/{episodes}] seed {o.seed} {o.target}: {_result(o)} "
                       f"({o.episode_time_s:.1f} s, '{o.instruction}')", flush=True)
     return summarize(outcomes), outcomes
 

@@ -38,7 +38,7 @@ from diffusion_policy_ros.learning.dataset import (
     split_episodes,
 )
 from diffusion_policy_ros.learning.train_config import TrainConfig
-from diffusion_policy_ros.policy.checkpoint import save_checkpoint
+from diffusion_policy_ros.policy.checkpoint import load_checkpoint, save_checkpoint
 from diffusion_policy_ros.policy.configuration_diffusion import DiffusionPolicyConfig
 from diffusion_policy_ros.policy.devices import autocast_context, resolve_device
 from diffusion_policy_ros.policy.language import LanguageEmbedder
@@ -156,6 +156,22 @@ def validation_loss(policy: DiffusionPolicy, dataset, device, precision: str,
     return float(sum(losses) / len(losses))
 
 
+def warm_start(policy: DiffusionPolicy, checkpoint_dir: str | Path) -> tuple[int, list[str]]:
+    """Copy a checkpoint's weights into ``policy`` where name and shape match.
+
+    Returns (tensors copied, names of the model's tensors left as initialised).
+    The checkpoint is verified like any other (``load_checkpoint``); the
+    normaliser statistics are not copied: they belong to the new data.
+    """
+    source, _ = load_checkpoint(checkpoint_dir)
+    theirs = {k: v for k, v in source.state_dict().items() if not k.startswith("normalizer.")}
+    ours = policy.state_dict()
+    copied = {k: v for k, v in theirs.items() if k in ours and ours[k].shape == v.shape}
+    policy.load_state_dict(copied, strict=False)
+    fresh = sorted(k for k in ours if k not in copied and not k.startswith("normalizer."))
+    return len(copied), fresh
+
+
 def train(data_dir: str | Path, policy_config: DiffusionPolicyConfig, config: TrainConfig,
           out: str | Path, resume: bool = False, progress: bool = True) -> Path:
     """Train and return the final checkpoint directory (``out/checkpoint``)."""
@@ -182,6 +198,12 @@ def train(data_dir: str | Path, policy_config: DiffusionPolicyConfig, config: Tr
     val_set = EpisodeDataset([episodes[i] for i in val_idx], policy_config, embeddings)
 
     policy = DiffusionPolicy(policy_config)
+    if config.init_from and not (resume and (out / STATE_JSON).exists()):
+        copied, fresh_names = warm_start(policy, config.init_from)
+        if d.main:
+            print(f"warm start from {config.init_from}: {copied} tensors copied, "
+                  f"{len(fresh_names)} new ({', '.join(fresh_names[:6])}"
+                  f"{', ...' if len(fresh_names) > 6 else ''})", flush=True)
     policy.normalizer.set_stats(train_set.normalizer_stats())
     policy.to(device).train()
     optimizer = torch.optim.AdamW(policy.parameters(), lr=config.lr,

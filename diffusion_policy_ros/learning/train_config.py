@@ -36,6 +36,9 @@ class TrainConfig:
     device: str = param("auto", "auto | cpu | cuda | npu", choices=("auto", "cpu", "cuda", "npu"))
     num_threads: int = param(0, "torch intra-op threads on the CPU; 0 = torch's default",
                              low=0, high=256)
+    init_from: str = param("", "Warm start: copy the weights of this checkpoint directory "
+                           "wherever name and shape match the new model (the rest keep their "
+                           "initialisation); the normaliser comes from the data. '' = none")
     max_minutes: float = param(0.0, "Stop (with a checkpoint) after this wall time; 0 = no "
                                "limit. The schedule still spans `steps`", low=0.0, high=1e6)
 

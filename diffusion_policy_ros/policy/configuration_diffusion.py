@@ -68,6 +68,8 @@ class DiffusionPolicyConfig:
     point_tokens: int = param(8, "PointNet local tokens: farthest-point centres whose Voronoi "
                               "cells are max-pooled (plus one global token)", low=1, high=64)
     point_use_rgb: bool = param(True, "Feed point colours to the PointNet besides xyz")
+    point_language_film: bool = param(False, "FiLM-condition the PointNet's per-point MLP on "
+                                      "the instruction embedding (early language grounding)")
     fusion_dim: int = param(128, "Token width of the cross-modal attention", low=8, high=1024)
     fusion_layers: int = param(2, "Cross-modal attention layers", low=1, high=8)
     fusion_heads: int = param(4, "Attention heads in the fusion", low=1, high=16)

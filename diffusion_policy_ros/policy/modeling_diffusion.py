@@ -86,8 +86,9 @@ class DiffusionPolicy(nn.Module):
                                             POINTS_XYZ: 3})
         self.rgb_encoder = RgbEncoder(tuple(c.image_crop_size), c.image_base_channels,
                                       c.image_stages, c.image_token_grid, c.norm_groups)
-        self.point_encoder = PointNetEncoder(c.point_feature_dim, c.point_tokens,
-                                             c.point_use_rgb)
+        self.point_encoder = PointNetEncoder(
+            c.point_feature_dim, c.point_tokens, c.point_use_rgb,
+            condition_dim=c.language_dim if c.point_language_film else 0)
         self.proprio_encoder = ProprioEncoder(c.n_obs_steps, c.state_dim, c.fusion_dim)
         self.fusion = CrossModalFusion(
             n_obs_steps=c.n_obs_steps, image_dim=self.rgb_encoder.out_channels,
@@ -129,7 +130,8 @@ class DiffusionPolicy(nn.Module):
         with timed(timer, "point_encoder"):
             xyz = self.normalizer.normalize(POINTS_XYZ, batch[POINTS_XYZ].float())
             rgb = _unit_float(batch[POINTS_RGB]).flatten(0, 1)
-            point_tokens, centres = self.point_encoder(xyz.flatten(0, 1), rgb)
+            language = batch[LANGUAGE].float().repeat_interleave(to, dim=0)
+            point_tokens, centres = self.point_encoder(xyz.flatten(0, 1), rgb, language)
             point_tokens = point_tokens.unflatten(0, (b, to))
             centres = centres.unflatten(0, (b, to))
         with timed(timer, "proprio_encoder"):

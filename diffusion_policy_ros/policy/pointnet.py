@@ -9,6 +9,14 @@ are max-pooled, so the language query can single out the region that holds
 the named object. Assigning points to centres needs one (N x K) distance
 matrix instead of the kNN grouping of PointNet++, which keeps it cheap.
 
+With ``condition_dim`` the per-point MLP is FiLM-conditioned on the
+instruction embedding (scale and shift after every LayerNorm, as RT-1
+conditions its image encoder on language), so the pooled features can already
+be about the named object: late fusion alone (language attending to pooled
+tokens) learnt to move the arm but not where to (closed loop, first chunk off
+by 0.63 rad at the start of held-out demos after 2.4k steps). The FiLM layers
+start at zero, i.e. as the unconditioned encoder.
+
 Pooling is a large share of a training step on the CPU (batch 64 x To 2 =
 128 clouds x 1024 points x 256 features, one core): the cell max-pool has
 its own mask-based backward (``CellMax``, ~0.54 s forward + backward against
@@ -69,21 +77,38 @@ class PointNetEncoder(nn.Module):
     centres (M, K, 3) are returned for the fusion's positional embedding.
     """
 
-    def __init__(self, feature_dim: int, num_tokens: int, use_rgb: bool):
+    def __init__(self, feature_dim: int, num_tokens: int, use_rgb: bool,
+                 condition_dim: int = 0):
         super().__init__()
         dims = [6 if use_rgb else 3, feature_dim // 4, feature_dim // 2, feature_dim]
+        pairs = list(zip(dims[:-1], dims[1:], strict=True))
         layers: list[nn.Module] = []
-        for cin, cout in zip(dims[:-1], dims[1:], strict=True):
+        for cin, cout in pairs:
             layers += [nn.Linear(cin, cout), nn.LayerNorm(cout), nn.ReLU()]
         self.mlp = nn.Sequential(*layers)
+        self.films = nn.ModuleList()
+        if condition_dim:
+            for _, cout in pairs:
+                film = nn.Linear(condition_dim, 2 * cout)
+                nn.init.zeros_(film.weight)
+                nn.init.zeros_(film.bias)
+                self.films.append(film)
         self.num_tokens = num_tokens
         self.use_rgb = use_rgb
         self.out_dim = feature_dim
 
-    def forward(self, xyz: torch.Tensor,
-                rgb: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        inputs = torch.cat([xyz, rgb], dim=-1) if self.use_rgb else xyz
-        features = self.mlp(inputs)
+    def forward(self, xyz: torch.Tensor, rgb: torch.Tensor | None = None,
+                condition: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``condition``: (M, condition_dim), required when the encoder has FiLM layers."""
+        features = torch.cat([xyz, rgb], dim=-1) if self.use_rgb else xyz
+        if self.films and condition is None:
+            raise ValueError("this PointNet is FiLM-conditioned: pass the condition")
+        for i in range(0, len(self.mlp), 3):  # Linear, LayerNorm, [FiLM,] ReLU
+            features = self.mlp[i + 1](self.mlp[i](features))
+            if self.films:
+                scale, shift = self.films[i // 3](condition)[:, None, :].chunk(2, dim=-1)
+                features = features * (1.0 + scale) + shift
+            features = self.mlp[i + 2](features)
         xyz = xyz.float()
         centres_idx = farthest_point_indices(xyz, self.num_tokens)
         batch = torch.arange(xyz.shape[0], device=xyz.device)[:, None]

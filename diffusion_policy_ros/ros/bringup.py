@@ -36,7 +36,10 @@ It prints success and wrong-object rates, chunk latency (receive time of
 chunk arrival, plus ``policy_node``'s own predict time from ``/diagnostics``)
 and tracker jitter (``pd_tracker_node``'s ``period_error_ms`` p50/p99 from
 ``/diagnostics``). ``--out DIR`` writes ``DIR/bringup_summary.json`` (per-episode
-outcomes and the figures) and the node logs to ``DIR/logs/``.
+outcomes and the figures), the node logs to ``DIR/logs/`` and, with
+``--episodes``, per episode ``episode_<seed>.gif`` (camera view with the
+predicted end-effector path) and ``episode_<seed>.png`` (joint references vs
+measured, chunk arrivals and latency; see ``ros/episode_recorder.py``).
 
 Seeds: sim_node starts an episode with its ``seed`` parameter as soon as it
 runs, while the policy is still loading; that start-up episode is not
@@ -329,7 +332,8 @@ class Stop(Exception):
 class Monitor:
     """This process's node: drives episodes and records chunks, episodes and diagnostics."""
 
-    def __init__(self, children: Children | None, stop_requested=lambda: ""):
+    def __init__(self, children: Children | None, stop_requested=lambda: "",
+                 record_media: bool = False):
         import rclpy
         from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
         from rclpy.executors import SingleThreadedExecutor
@@ -361,6 +365,11 @@ class Monitor:
         self.reset_client = self.node.create_client(Trigger, "sim_node/reset")
         self._string, self._trigger = String, Trigger
         self._error_level = DiagnosticStatus.ERROR
+        self.recorder = None
+        if record_media:
+            from diffusion_policy_ros.ros.episode_recorder import EpisodeMediaRecorder
+
+            self.recorder = EpisodeMediaRecorder(self.node)
 
     # callbacks
 
@@ -490,6 +499,8 @@ def _run_episodes(mon: Monitor, opts: Options, records: list[dict]) -> None:
     for index in range(opts.episodes):
         known = max(mon.episodes, default=0)
         message = mon.reset()
+        if mon.recorder is not None:
+            mon.recorder.start()
         match = re.match(r"episode (\d+)", message)
         number = int(match.group(1)) if match else known + 1
         if opts.instruction is not None:
@@ -515,6 +526,12 @@ def _run_episodes(mon: Monitor, opts: Options, records: list[dict]) -> None:
             "wall_s": round(time.monotonic() - start, 3), "chunks": len(lat),
             "chunk_latency_ms": percentiles(lat),
         }
+        if mon.recorder is not None:
+            record["media"] = mon.recorder.finish(
+                Path(opts.out), f"episode_{record['seed']}",
+                title=f"seed {record['seed']}: '{record['instruction']}' (target "
+                      f"{record['target']}), ROS graph",
+                caption=f"'{record['instruction']}': {record['status']}")
         records.append(record)
         print(f"episode {index + 1}/{opts.episodes} (seed {record['seed']}, "
               f"'{record['instruction']}' -> {record['target']}): {record['status']} after "
@@ -562,7 +579,8 @@ def run(opts: Options) -> int:
     try:
         children.start()  # before rclpy.init: no threads yet when the children fork
         rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
-        mon = Monitor(children, lambda: signalled[0] if signalled else "")
+        mon = Monitor(children, lambda: signalled[0] if signalled else "",
+                      record_media=out is not None and opts.episodes is not None)
         if opts.instruction is not None:
             mon.publish_instruction(opts.instruction)
         _wait_ready(mon, [s.name for s in specs], opts.ready_timeout_s,

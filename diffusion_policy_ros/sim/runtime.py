@@ -104,6 +104,8 @@ class SimulationRuntime:
         self._noise_rng = np.random.default_rng([seed, _NOISE_STREAM])
         self._next_frame_s = self.time_s
         self.tracker = PdTracker(self.tracker_config)
+        #: What the tracker commanded on the last physics step (None before the first).
+        self.last_command: TrackerCommand | None = None
         self._tick()  # the tracker has seen the first joint state: it holds the arm here
         return self.task.state
 
@@ -138,7 +140,7 @@ class SimulationRuntime:
 
     def tracked_step(self) -> TrackerCommand:
         """One tracker tick on the measured state, then one physics step with its command."""
-        command = self._tick()
+        command = self.last_command = self._tick()
         gripper = command.gripper_opening_m
         if gripper is None:
             gripper = float(self.scene.joint_positions()[6])

@@ -3,14 +3,17 @@
 import json
 
 import pytest
+import torch
+from PIL import Image
 
-from diffusion_policy_ros.learning.train import train
+from diffusion_policy_ros.learning.train import train, warm_start
 from diffusion_policy_ros.learning.train_config import TrainConfig, load_train_config
 from diffusion_policy_ros.policy.checkpoint import load_checkpoint
 from diffusion_policy_ros.policy.configuration_diffusion import (
     DiffusionPolicyConfig,
     load_policy_config,
 )
+from diffusion_policy_ros.policy.modeling_diffusion import DiffusionPolicy
 
 pytestmark = pytest.mark.slow  # trains policies: ~1 min; CI runs it, -m "not slow" skips
 
@@ -56,6 +59,25 @@ def test_resume_continues_the_same_run(demos, tiny, tmp_path):
     assert b == pytest.approx(a, rel=1e-4)
 
 
+def test_warm_start_copies_matching_weights_and_keeps_new_ones(demos, tiny, tmp_path):
+    config = DiffusionPolicyConfig(**tiny)
+    tc = TrainConfig(steps=2, batch_size=4, warmup_steps=0, val_every=100, checkpoint_every=2,
+                     val_fraction=0.0, num_threads=2)
+    source, _ = load_checkpoint(train(demos, config, tc, tmp_path / "a", progress=False))
+    grounded = DiffusionPolicyConfig(**{**tiny, "point_language_film": True})
+    policy = DiffusionPolicy(grounded)
+    copied, fresh = warm_start(policy, tmp_path / "a" / "checkpoint")
+    assert fresh and all(k.startswith("point_encoder.films.") for k in fresh)
+    theirs = source.state_dict()
+    assert copied == len([k for k in theirs if not k.startswith("normalizer.")])
+    ours = policy.state_dict()
+    assert all(torch.equal(ours[k], v) for k, v in theirs.items()
+               if not k.startswith("normalizer."))
+    warm = TrainConfig(**{**tc.__dict__, "init_from": str(tmp_path / "a" / "checkpoint")})
+    ckpt = train(demos, grounded, warm, tmp_path / "b", progress=False)
+    assert load_checkpoint(ckpt)[0].config.point_language_film
+
+
 def test_shipped_configs_load():
     assert load_train_config().steps > 0
     for name in ("policy_unet", "policy_dit"):
@@ -67,8 +89,14 @@ def test_closed_loop_evaluation_runs_a_checkpoint(tiny_checkpoint, tmp_path):
 
     for mode in ("task", "wrong"):
         summary, outcomes = evaluate(tiny_checkpoint, episodes=1, seed=40, instruction_mode=mode,
-                                     progress=False)
+                                     progress=False,
+                                     media_dir=tmp_path / "media" if mode == "task" else None)
         assert summary["episodes"] == 1 and summary["chunk_latency_ms_p50"] > 0
+        if mode == "task":  # one GIF frame per chunk + the last, and the plot
+            with Image.open(tmp_path / "media" / "episode_40.gif") as gif:
+                assert gif.n_frames == len(outcomes[0].chunk_latency_ms) + 1
+                assert gif.width == 480
+            assert (tmp_path / "media" / "episode_40.png").stat().st_size > 10_000
         assert outcomes[0].episode_time_s > 0 and outcomes[0].chunk_latency_ms
         if mode == "wrong":
             from diffusion_policy_ros.sim.task import parse_instruction

@@ -98,6 +98,22 @@ def test_point_tokens_pool_voronoi_cells():
     assert torch.allclose(tokens[:, 0], tokens[:, 1:].amax(dim=1))
 
 
+def test_language_film_starts_as_the_plain_encoder_and_then_depends_on_the_instruction():
+    g = torch.Generator().manual_seed(1)
+    xyz, rgb = torch.rand(3, 64, 3, generator=g), torch.rand(3, 64, 3, generator=g)
+    plain = PointNetEncoder(32, num_tokens=4, use_rgb=True)
+    film = PointNetEncoder(32, num_tokens=4, use_rgb=True, condition_dim=10)
+    missing = film.load_state_dict(plain.state_dict(), strict=False).missing_keys
+    assert missing and all(k.startswith("films.") for k in missing)
+    red, blue = torch.randn(1, 10, generator=g).expand(3, 10), torch.randn(3, 10, generator=g)
+    assert torch.equal(film(xyz, rgb, red)[0], plain(xyz, rgb)[0])
+    with pytest.raises(ValueError, match="FiLM"):
+        film(xyz, rgb)
+    for layer in film.films:
+        torch.nn.init.normal_(layer.weight, std=0.1)
+    assert not torch.allclose(film(xyz, rgb, red)[0], film(xyz, rgb, blue)[0])
+
+
 def test_dit_blocks_start_as_identity_and_keep_their_indices(make_config):
     block = DiTBlock(32, 2, 4.0)
     x = torch.randn(2, 16, 32)

@@ -82,7 +82,6 @@ class RosHarness:
         if not self.wait_for(predicate, timeout_s):
             text = what() if callable(what) else what
             raise AssertionError(f"timed out after {timeout_s} s waiting for {text}")
-            self.executor.spin_once(timeout_sec=0.02)
 
     def spin_for(self, duration_s: float) -> None:
         """Process callbacks for a while (a paced publisher loop, not a blind sleep)."""

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 from diffusion_policy_ros.config import CONFIG_DIR
 from diffusion_policy_ros.ros import bringup
@@ -151,6 +152,10 @@ def test_one_episode_through_the_real_nodes(tiny_checkpoint, tmp_path):
     latency = summary["chunk_latency_ms"]
     assert latency["count"] > 0 and math.isfinite(latency["p50"]) and latency["p50"] > 0
     assert episode["chunks"] > 0
+    # --out: the episode as a GIF (about 10 frames per sim second) and a plot
+    with Image.open(episode["media"]["gif"]) as gif:
+        assert gif.n_frames >= 20
+    assert Path(episode["media"]["plot"]).stat().st_size > 10_000
     jitter = summary["tracker_period_error_ms"]
     assert all(math.isfinite(jitter[k]) for k in ("p50", "p99"))
     assert summary["policy_predict_ms"]["p50"] > 0

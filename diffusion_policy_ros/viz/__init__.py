@@ -1,0 +1,1 @@
+"""Pictures of episodes for people (GIF of the camera view with the predicted path, plots)."""

@@ -1,0 +1,124 @@
+"""Faults in the running grasp graph: the arm is never left moving on stale plans.
+
+The four nodes of grasp.launch.py run as processes with the shipped parameter
+files (a tiny 2-step policy: its chunks move the arm, which is all this needs).
+In one run: an instruction change mid-episode conditions the next chunks; the
+camera stream stops reaching the policy (``rgbd_sync_node`` stopped) and the
+policy stops acting within ``max_obs_age_s`` and says why; the tracker, left
+without chunks, decelerates and holds the arm still; the policy process is
+then killed outright and the tracker keeps holding, so the sim never sees
+stale commands.
+"""
+
+import math
+
+import pytest
+from diagnostic_msgs.msg import DiagnosticArray
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import JointState
+from std_msgs.msg import String
+from trajectory_msgs.msg import JointTrajectory
+
+from diffusion_policy_ros.config import CONFIG_DIR, load_config
+from diffusion_policy_ros.policy.node_config import PolicyNodeConfig
+from diffusion_policy_ros.ros.conversions import stamp_to_ns
+
+pytestmark = [pytest.mark.ros, pytest.mark.slow]  # four nodes on two cores: ~1 min
+
+NODES = "diffusion_policy_ros.ros."
+STILL_RAD_S = 0.02
+
+
+class Graph:
+    """What the harness sees of the graph: chunks, diagnostics per node, joint speeds."""
+
+    def __init__(self, ros):
+        self.ros = ros
+        self.chunks: list[tuple[float, int]] = []  # (receive ns on the ROS clock, stamp ns)
+        self.diag: dict[str, dict[str, str]] = {}
+        self.speed_rad_s = math.inf
+        node = ros.node
+        node.create_subscription(JointTrajectory, "policy/action_chunk", self._on_chunk,
+                                 QoSProfile(depth=10))
+        node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag,
+                                 QoSProfile(depth=50))
+        node.create_subscription(JointState, "joint_states", self._on_state,
+                                 QoSProfile(depth=5, reliability=ReliabilityPolicy.BEST_EFFORT))
+        self.instruction = node.create_publisher(
+            String, "instruction", QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL))
+
+    def _on_chunk(self, msg):
+        now = self.ros.node.get_clock().now().nanoseconds
+        self.chunks.append((now, stamp_to_ns(msg.header.stamp)))
+
+    def _on_diag(self, msg):
+        for status in msg.status:
+            self.diag[status.name.split(":", 1)[0]] = {kv.key: kv.value for kv in status.values}
+
+    def _on_state(self, msg):
+        self.speed_rad_s = max(abs(v) for v in msg.velocity[:6])
+
+    def value(self, node: str, key: str) -> str:
+        return self.diag.get(node, {}).get(key, "")
+
+    def chunks_after(self, t_ns: int) -> list[tuple[float, int]]:
+        return [c for c in self.chunks if c[0] > t_ns]
+
+
+def test_camera_loss_and_policy_crash_leave_the_arm_holding(ros, start_node, tiny_checkpoint):
+    max_obs_age_s = load_config(PolicyNodeConfig, CONFIG_DIR / "policy_node.yaml",
+                                "policy_node").max_obs_age_s
+    g = Graph(ros)
+    sim = start_node(NODES + "sim_node", ["--params-file", str(CONFIG_DIR / "sim.yaml"),
+                                          "-p", "time_limit_s:=600.0"])
+    sync = start_node(NODES + "rgbd_sync_node",
+                      ["--params-file", str(CONFIG_DIR / "rgbd_sync.yaml")])
+    policy = start_node(NODES + "policy_node",
+                        ["--params-file", str(CONFIG_DIR / "policy_node.yaml"),
+                         "-p", f"checkpoint:={tiny_checkpoint}", "-p", "autostart:=true",
+                         "-p", "device:=cpu", "-p", "diagnostics_period_s:=0.2"])
+    tracker = start_node(NODES + "pd_tracker_node",
+                         ["--params-file", str(CONFIG_DIR / "pd_tracker.yaml")])
+    nodes = {"sim_node": sim, "rgbd_sync_node": sync, "policy_node": policy,
+             "pd_tracker_node": tracker}
+
+    def logs() -> str:
+        return "\n".join(f"--- {n}\n{p.log()[-2000:]}" for n, p in nodes.items())
+
+    ros.spin_until(lambda: len(g.chunks) >= 5 and g.value("pd_tracker_node", "mode")
+                   == "tracking", 180.0, lambda: f"chunks flowing and tracked\n{logs()}")
+
+    # An instruction change mid-episode conditions the next chunks.
+    g.instruction.publish(String(data="lift the green cube"))
+    ros.spin_until(lambda: g.value("policy_node", "chunk_instruction") == "lift the green cube",
+                   10.0, lambda: f"the new instruction in use: {g.diag.get('policy_node')}")
+    n = len(g.chunks)
+    ros.spin_until(lambda: len(g.chunks) > n + 2, 10.0, "chunks for the new instruction")
+
+    # The camera stream stops reaching the policy: it refuses to act on old frames.
+    sync.stop()
+    killed_ns = ros.node.get_clock().now().nanoseconds
+    ros.spin_until(lambda: g.value("policy_node", "refusal") == "stale_observation", 10.0,
+                   lambda: f"stale_observation refusal: {g.diag.get('policy_node')}")
+    late = g.chunks_after(killed_ns)
+    # A chunk may still go out on a frame sent before the stop, never on one older than
+    # max_obs_age_s when its computation began (+ one chunk's compute and delivery).
+    assert all((recv - stamp) * 1e-9 < max_obs_age_s + 0.5 for recv, stamp in late), late
+
+    # Without chunks the tracker decelerates and holds the arm where it is.
+    ros.spin_until(lambda: g.value("pd_tracker_node", "mode") == "holding", 10.0,
+                   lambda: f"tracker holding: {g.diag.get('pd_tracker_node')}")
+    ros.spin_until(lambda: g.speed_rad_s < STILL_RAD_S, 10.0,
+                   lambda: f"the arm at rest (max joint speed {g.speed_rad_s:.3f} rad/s)")
+    n = len(g.chunks)
+
+    # The policy process dies outright: the tracker keeps commanding the hold.
+    policy.proc.kill()
+    policy.proc.wait(10)
+    ros.spin_for(1.5)
+    assert len(g.chunks) == n
+    assert g.value("pd_tracker_node", "mode") == "holding"
+    assert g.speed_rad_s < STILL_RAD_S
+    assert g.value("sim_node", "commands_stale") == "false", g.diag.get("sim_node")
+    for name in ("sim_node", "pd_tracker_node"):
+        assert nodes[name].alive(), logs()
