@@ -32,7 +32,7 @@ def _bench_perception(args: argparse.Namespace) -> int:
 def _bench_tracker(args: argparse.Namespace) -> int:
     from diffusion_policy_ros.ros import tracker_bench
 
-    return tracker_bench.run(seconds=args.seconds)
+    return tracker_bench.run(seconds=args.seconds, priorities=tuple(args.priorities))
 
 
 def _sync_demo(args: argparse.Namespace) -> int:
@@ -218,6 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
     tracker = bench_sub.add_parser("tracker", help="pd_tracker_node loop timing at 500 Hz and "
                                    "1 kHz, with and without a policy-sized CPU load")
     tracker.add_argument("--seconds", type=float, default=10.0, help="per configuration")
+    tracker.add_argument("--priorities", type=int, nargs="+", default=[0, 50],
+                         help="realtime_priority values to compare (0 = normal scheduling)")
     tracker.set_defaults(func=_bench_tracker)
 
     blending = bench_sub.add_parser("blending", help="chunk blending strategies on a seeded "

@@ -25,6 +25,7 @@ from diffusion_policy_ros.monitoring import RollingStats, ThrottledReasons
 from diffusion_policy_ros.ros.conversions import stamp_to_ns
 from diffusion_policy_ros.ros.node_main import run_node
 from diffusion_policy_ros.ros.params import declare_config
+from diffusion_policy_ros.ros.realtime import request_fifo_priority
 
 
 def chunk_from_msg(msg: JointTrajectory) -> ActionChunk:
@@ -99,8 +100,15 @@ class PdTrackerNode(Node):
         self.create_timer(1.0 / cfg.rate_hz, self._tick)
         self.create_timer(1.0, self._publish_diagnostics)
         self._reference = JointState(name=list(cfg.joint_names))
+        problem = request_fifo_priority(cfg.realtime_priority)
+        self.scheduling = (f"SCHED_FIFO {cfg.realtime_priority}" if not problem
+                           else "normal")
+        if cfg.realtime_priority and problem:
+            self.get_logger().warning(f"realtime_priority: {problem}; running with normal "
+                                      "scheduling (expect more period jitter under load)")
         self.get_logger().info(f"pd_tracker_node ready: {cfg.rate_hz:.0f} Hz, blend "
-                               f"'{cfg.blend_strategy}', joints {list(cfg.joint_names)}")
+                               f"'{cfg.blend_strategy}', joints {list(cfg.joint_names)}, "
+                               f"scheduling {self.scheduling}")
 
     def _now_s(self) -> float:
         return self.get_clock().now().nanoseconds * 1e-9
@@ -161,6 +169,7 @@ class PdTrackerNode(Node):
             status.level, status.message = DiagnosticStatus.OK, mode
         values = {
             "mode": mode,
+            "scheduling": self.scheduling,
             "loop_rate_hz": f"{rate:.1f}",
             "period_error_ms_p50": f"{self.period_error_ms.percentile(50):.4f}",
             "period_error_ms_p99": f"{self.period_error_ms.percentile(99):.4f}",

@@ -44,10 +44,11 @@ def policy_sized_load(stop_at: float, busy_s: float = 0.05, period_s: float = 0.
         time.sleep(max(0.0, period_s - (time.time() - start)))
 
 
-def _measure(rate_hz: float, load: bool, seconds: float) -> dict[str, str]:
+def _measure(rate_hz: float, load: bool, seconds: float, priority: int) -> dict[str, str]:
     proc = subprocess.Popen([sys.executable, "-m", "diffusion_policy_ros.ros.pd_tracker_node",
                              "--ros-args", "--params-file", str(CONFIG_DIR / "pd_tracker.yaml"),
-                             "-p", f"rate_hz:={rate_hz}"], stdout=subprocess.DEVNULL)
+                             "-p", f"rate_hz:={rate_hz}", "-p", f"realtime_priority:={priority}"],
+                            stdout=subprocess.DEVNULL)
     loader = None
     node = rclpy.create_node("tracker_bench")
     executor = SingleThreadedExecutor()
@@ -108,24 +109,27 @@ def _measure(rate_hz: float, load: bool, seconds: float) -> dict[str, str]:
         stop_process(proc)
 
 
-def run(seconds: float = 10.0) -> int:
+def run(seconds: float = 10.0, priorities: tuple[int, ...] = (0, 50)) -> int:
+    """Each rate x load x ``realtime_priority`` (0: normal scheduling) for ``seconds``."""
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     rclpy.init()
     rows = []
     try:
         for rate_hz in (500.0, 1000.0):
             for load in (False, True):
-                rows.append((rate_hz, load, _measure(rate_hz, load, seconds)))
+                for priority in priorities:
+                    rows.append((rate_hz, load, _measure(rate_hz, load, seconds, priority)))
     finally:
         rclpy.try_shutdown()
-    print("| rate | policy-sized load | loop rate (Hz) | period error p50 / p99 / max (ms) | "
-          "tick p50 / p99 (ms) |")
-    print("|---|---|---|---|---|")
+    print("| rate | policy-sized load | scheduling | loop rate (Hz) | period error p50 / p99 / "
+          "max (ms) | tick p50 / p99 (ms) |")
+    print("|---|---|---|---|---|---|")
     for rate_hz, load, d in rows:
         if not d:
-            print(f"| {rate_hz:.0f} Hz | {'yes' if load else 'no'} | no diagnostics | | |")
+            print(f"| {rate_hz:.0f} Hz | {'yes' if load else 'no'} | | no diagnostics | | |")
             continue
-        print(f"| {rate_hz:.0f} Hz | {'yes' if load else 'no'} | {d['loop_rate_hz']} | "
+        print(f"| {rate_hz:.0f} Hz | {'yes' if load else 'no'} | {d['scheduling']} | "
+              f"{d['loop_rate_hz']} | "
               f"{float(d['period_error_ms_p50']):.3f} / {float(d['period_error_ms_p99']):.3f} / "
               f"{float(d['period_error_ms_max']):.3f} | {float(d['tick_ms_p50']):.3f} / "
               f"{float(d['tick_ms_p99']):.3f} |")
