@@ -48,6 +48,7 @@ def _bringup(args: argparse.Namespace) -> int:
         sim=args.sim, episodes=args.episodes, instruction=args.instruction,
         checkpoint=args.checkpoint, seed=args.seed, out=args.out, device=args.device,
         num_inference_steps=args.num_inference_steps, ready_timeout_s=args.ready_timeout,
+        namespace=args.namespace, use_sim_time=args.use_sim_time, rviz=args.rviz,
         sim_params=args.sim_param, sync_params=args.sync_param,
         policy_params=args.policy_param, tracker_params=args.tracker_param))
 
@@ -259,6 +260,13 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--num-inference-steps", type=int, default=10,
                     help="DDIM steps per chunk (default 10 as grasp.launch.py; 0 = the "
                     "checkpoint's)")
+    up.add_argument("--namespace", default="", help="put every node (and this process's "
+                    "topics) into this namespace, as grasp.launch.py namespace:=")
+    up.add_argument("--use-sim-time", action="store_true", help="sim_node publishes /clock "
+                    "and every node runs on it, as grasp.launch.py use_sim_time:=true")
+    up.add_argument("--rviz", action="store_true", help="also start robot_state_publisher "
+                    "(the package's URDF) and rviz2 with config/grasp.rviz (needs a ROS 2 "
+                    "install with rviz2)")
     up.add_argument("--ready-timeout", type=float, default=180.0,
                     help="seconds to wait for the nodes and the first action chunk")
     for flag, node in (("sim", "sim_node"), ("sync", "rgbd_sync_node"),

@@ -63,9 +63,11 @@ import json
 import math
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -88,11 +90,19 @@ class BringupError(Exception):
 @dataclasses.dataclass
 class NodeSpec:
     name: str  # node name (also its /diagnostics prefix and log file name)
-    module: str
+    module: str  # a module of this package, or "PACKAGE EXECUTABLE" for `ros2 run`
     ros_args: list[str]
+    arguments: list[str] = dataclasses.field(default_factory=list)  # before --ros-args
+
+    @property
+    def ours(self) -> bool:
+        """One of this package's nodes (reports on /diagnostics)."""
+        return self.module.startswith("diffusion_policy_ros.")
 
     def command(self) -> list[str]:
-        return [sys.executable, "-m", self.module, "--ros-args", *self.ros_args]
+        start = [sys.executable, "-m", self.module] if self.ours \
+            else ["ros2", "run", *self.module.split()]
+        return [*start, *self.arguments, "--ros-args", *self.ros_args]
 
 
 @dataclasses.dataclass
@@ -106,6 +116,9 @@ class Options:
     device: str = "auto"
     num_inference_steps: int = 10
     ready_timeout_s: float = 180.0
+    namespace: str = ""
+    use_sim_time: bool = False
+    rviz: bool = False
     sim_params: list[str] = dataclasses.field(default_factory=list)
     sync_params: list[str] = dataclasses.field(default_factory=list)
     policy_params: list[str] = dataclasses.field(default_factory=list)
@@ -139,9 +152,31 @@ def _overrides(pairs: list[str]) -> list[str]:
     return [arg for pair in pairs for arg in ("-p", check_override(pair))]
 
 
-def node_specs(opts: Options, checkpoint: str) -> list[NodeSpec]:
-    """The nodes grasp.launch.py starts (use_sim_time false), in its order, as processes."""
-    sim_args = ["-p", "publish_clock:=false"]
+def _robot_description_params(directory: Path) -> Path:
+    """A params file with the package's URDF for robot_state_publisher (``--rviz``)."""
+    import yaml
+
+    from diffusion_policy_ros.sim.scene import URDF_PATH
+
+    path = directory / "robot_state_publisher.yaml"
+    doc = {"robot_state_publisher": {"ros__parameters": {
+        "robot_description": Path(URDF_PATH).read_text(encoding="utf-8")}}}
+    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    return path
+
+
+def node_specs(opts: Options, checkpoint: str, rviz_dir: Path | None = None) -> list[NodeSpec]:
+    """The nodes grasp.launch.py starts, in its order, as processes.
+
+    ``--namespace`` remaps every node into it (``-r __ns:=``, as the launch
+    file's ``namespace``); ``--use-sim-time`` makes sim_node publish ``/clock``
+    and every node follow it. ``--rviz`` adds robot_state_publisher (URDF
+    params file written to ``rviz_dir``) and rviz2 with config/grasp.rviz.
+    """
+    sim_time = str(opts.use_sim_time).lower()
+    common = ["-r", f"__ns:=/{opts.namespace.strip('/')}"] if opts.namespace.strip("/") else []
+    common += ["-p", f"use_sim_time:={sim_time}"]
+    sim_args = ["-p", f"publish_clock:={sim_time}"]
     if opts.episodes is not None:
         sim_args += ["-p", "auto_reset:=false"]  # only this process starts episodes
     if opts.instruction is not None:
@@ -151,22 +186,29 @@ def node_specs(opts: Options, checkpoint: str) -> list[NodeSpec]:
     specs = []
     if opts.sim:
         specs.append(NodeSpec("sim_node", "diffusion_policy_ros.ros.sim_node",
-                              ["--params-file", str(CONFIG_DIR / "sim.yaml"), *sim_args,
-                               *_overrides(opts.sim_params)]))
+                              ["--params-file", str(CONFIG_DIR / "sim.yaml"), *common,
+                               *sim_args, *_overrides(opts.sim_params)]))
     specs += [
         NodeSpec("rgbd_sync_node", "diffusion_policy_ros.ros.rgbd_sync_node",
-                 ["--params-file", str(CONFIG_DIR / "rgbd_sync.yaml"),
-                  "-p", "use_sim_time:=false", *_overrides(opts.sync_params)]),
+                 ["--params-file", str(CONFIG_DIR / "rgbd_sync.yaml"), *common,
+                  *_overrides(opts.sync_params)]),
         NodeSpec("policy_node", "diffusion_policy_ros.ros.policy_node",
-                 ["--params-file", str(CONFIG_DIR / "policy_node.yaml"),
-                  "-p", "use_sim_time:=false", "-p", f"device:={opts.device}",
-                  "-p", f"checkpoint:={checkpoint}",
+                 ["--params-file", str(CONFIG_DIR / "policy_node.yaml"), *common,
+                  "-p", f"device:={opts.device}", "-p", f"checkpoint:={checkpoint}",
                   "-p", f"num_inference_steps:={opts.num_inference_steps}",
                   "-p", "autostart:=true", *_overrides(opts.policy_params)]),
         NodeSpec("pd_tracker_node", "diffusion_policy_ros.ros.pd_tracker_node",
-                 ["--params-file", str(CONFIG_DIR / "pd_tracker.yaml"),
-                  "-p", "use_sim_time:=false", *_overrides(opts.tracker_params)]),
+                 ["--params-file", str(CONFIG_DIR / "pd_tracker.yaml"), *common,
+                  *_overrides(opts.tracker_params)]),
     ]
+    if opts.rviz:
+        params = _robot_description_params(rviz_dir) if rviz_dir is not None else Path(
+            "robot_state_publisher.yaml")
+        specs += [
+            NodeSpec("robot_state_publisher", "robot_state_publisher robot_state_publisher",
+                     ["--params-file", str(params), *common]),
+            NodeSpec("rviz2", "rviz2 rviz2", common, ["-d", str(CONFIG_DIR / "grasp.rviz")]),
+        ]
     return specs
 
 
@@ -187,6 +229,12 @@ def validate(opts: Options) -> str:
         raise BringupError("--num-inference-steps must be >= 0 (0 = the checkpoint's)")
     for pair in (*opts.sim_params, *opts.sync_params, *opts.policy_params, *opts.tracker_params):
         check_override(pair)
+    if opts.namespace and not re.fullmatch(r"/?[A-Za-z][\w/]*", opts.namespace):
+        raise BringupError(f"--namespace {opts.namespace!r} is not a ROS namespace (letters, "
+                           "digits, _ and /, starting with a letter)")
+    if opts.rviz and shutil.which("ros2") is None:
+        raise BringupError("--rviz needs a ROS 2 install with rviz2 and robot_state_publisher "
+                           "(`ros2 run` is not on PATH; the PyPI wheels do not ship rviz2)")
     return resolve_checkpoint(opts.checkpoint)
 
 
@@ -333,10 +381,11 @@ class Monitor:
     """This process's node: drives episodes and records chunks, episodes and diagnostics."""
 
     def __init__(self, children: Children | None, stop_requested=lambda: "",
-                 record_media: bool = False):
+                 record_media: bool = False, namespace: str = "", use_sim_time: bool = False):
         import rclpy
         from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
         from rclpy.executors import SingleThreadedExecutor
+        from rclpy.parameter import Parameter
         from rclpy.qos import DurabilityPolicy, QoSProfile
         from std_msgs.msg import String
         from std_srvs.srv import Trigger
@@ -344,7 +393,9 @@ class Monitor:
 
         self.children = children
         self.stop_requested = stop_requested
-        self.node = rclpy.create_node("dpr_bringup")
+        self.node = rclpy.create_node(
+            "dpr_bringup", namespace=f"/{namespace}" if namespace else "",
+            parameter_overrides=[Parameter("use_sim_time", value=use_sim_time)])
         self.executor = SingleThreadedExecutor()
         self.executor.add_node(self.node)
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
@@ -563,7 +614,11 @@ def run(opts: Options) -> int:
         return 2
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     out = Path(opts.out) if opts.out else None
-    specs = node_specs(opts, checkpoint)
+    rviz_dir = None
+    if opts.rviz:
+        rviz_dir = out if out else Path(tempfile.mkdtemp(prefix="dpr-bringup-"))
+        rviz_dir.mkdir(parents=True, exist_ok=True)
+    specs = node_specs(opts, checkpoint, rviz_dir)
     children = Children(specs, out / "logs" if out else None)
 
     import rclpy
@@ -580,10 +635,11 @@ def run(opts: Options) -> int:
         children.start()  # before rclpy.init: no threads yet when the children fork
         rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
         mon = Monitor(children, lambda: signalled[0] if signalled else "",
-                      record_media=out is not None and opts.episodes is not None)
+                      record_media=out is not None and opts.episodes is not None,
+                      namespace=opts.namespace.strip("/"), use_sim_time=opts.use_sim_time)
         if opts.instruction is not None:
             mon.publish_instruction(opts.instruction)
-        _wait_ready(mon, [s.name for s in specs], opts.ready_timeout_s,
+        _wait_ready(mon, [s.name for s in specs if s.ours], opts.ready_timeout_s,
                     required=opts.episodes is not None)
         if opts.episodes is None:
             print("running; Ctrl-C or SIGTERM stops all nodes", flush=True)

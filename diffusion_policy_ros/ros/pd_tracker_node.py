@@ -2,7 +2,7 @@
 
 Thin adapter around ``control.PdTracker``: converts ``policy/action_chunk``
 (trajectory_msgs/JointTrajectory) and ``joint_states`` into plain data, ticks
-the tracker on a timer and publishes ``arm_controller/commands`` (efforts in
+the tracker on a steady-clock timer and publishes ``arm_controller/commands`` (efforts in
 ``joint_names`` order), ``gripper_controller/commands`` ([opening m]),
 ``tracker/reference`` and ``/diagnostics``. All callbacks share one mutually
 exclusive group because the tracker is not thread-safe.
@@ -14,6 +14,7 @@ import math
 import time
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
@@ -97,7 +98,11 @@ class PdTrackerNode(Node):
                                  QoSProfile(depth=2))
         self.create_subscription(JointState, "joint_states", self._on_joint_states,
                                  QoSProfile(depth=10))
-        self.create_timer(1.0 / cfg.rate_hz, self._tick)
+        # The loop runs on the steady clock: with use_sim_time a ROS-clock timer fires only
+        # when /clock advances (once per sim batch: ~20 Hz measured under load), while the
+        # control law needs its rate. The timeline still reads the node's (sim) clock.
+        self.create_timer(1.0 / cfg.rate_hz, self._tick,
+                          clock=Clock(clock_type=ClockType.STEADY_TIME))
         self.create_timer(1.0, self._publish_diagnostics)
         self._reference = JointState(name=list(cfg.joint_names))
         problem = request_fifo_priority(cfg.realtime_priority)

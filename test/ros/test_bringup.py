@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from PIL import Image
 
 from diffusion_policy_ros.config import CONFIG_DIR
@@ -61,8 +62,27 @@ def test_episode_options_shape_the_sim_and_overrides_come_last(tmp_path):
     assert "sim_node" not in {s.name for s in bringup.node_specs(Options(sim=False), "c")}
 
 
+def test_namespace_sim_time_and_rviz_as_the_launch_arguments(tmp_path):
+    opts = Options(namespace="/arm_left", use_sim_time=True, rviz=True)
+    specs = bringup.node_specs(opts, str(tmp_path), rviz_dir=tmp_path)
+    assert [s.name for s in specs][-2:] == ["robot_state_publisher", "rviz2"]
+    for spec in specs:
+        args = spec.ros_args
+        assert args[args.index("-r") + 1] == "__ns:=/arm_left"
+        assert "use_sim_time:=true" in args
+    assert "publish_clock:=true" in _args(specs, "sim_node")
+    rviz = specs[-1].command()
+    assert rviz[:4] == ["ros2", "run", "rviz2", "rviz2"]
+    assert rviz[rviz.index("-d") + 1] == str(CONFIG_DIR / "grasp.rviz")
+    assert rviz.index("-d") < rviz.index("--ros-args")
+    params = yaml.safe_load((tmp_path / "robot_state_publisher.yaml").read_text())
+    assert "<robot" in params["robot_state_publisher"]["ros__parameters"]["robot_description"]
+    assert not any(s.ours for s in specs[-2:]) and all(s.ours for s in specs[:-2])
+
+
 @pytest.mark.parametrize("opts, match", [
     (Options(episodes=0), "at least 1"),
+    (Options(namespace="arm left"), "not a ROS namespace"),
     (Options(episodes=2, sim=False), "needs the simulation"),
     (Options(seed=0), "at least 1"),
     (Options(instruction="  "), "empty"),
@@ -135,10 +155,12 @@ def _assert_children_gone(summary):
 
 @pytest.mark.slow
 @pytest.mark.ros
-def test_one_episode_through_the_real_nodes(tiny_checkpoint, tmp_path):
+@pytest.mark.parametrize("extra", [[], ["--namespace", "arm_left", "--use-sim-time"]],
+                         ids=["wall-time", "namespaced-sim-time"])
+def test_one_episode_through_the_real_nodes(tiny_checkpoint, tmp_path, extra):
     out = tmp_path / "out"
     cmd = _bringup_cmd(tiny_checkpoint, out, "--sim", "--episodes", "1", "--seed", "3",
-                       "--sim-param", "time_limit_s:=5.0")
+                       "--sim-param", "time_limit_s:=5.0", *extra)
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=_env())
     logs = "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}"
                      for p in sorted((out / "logs").glob("*.log")))
@@ -158,6 +180,8 @@ def test_one_episode_through_the_real_nodes(tiny_checkpoint, tmp_path):
     assert Path(episode["media"]["plot"]).stat().st_size > 10_000
     jitter = summary["tracker_period_error_ms"]
     assert all(math.isfinite(jitter[k]) for k in ("p50", "p99"))
+    # On the steady clock even with sim time: not once per /clock message (~20 Hz).
+    assert summary["tracker_loop_rate_hz"] > 100
     assert summary["policy_predict_ms"]["p50"] > 0
     assert set(summary["processes"]) == NODES
     _assert_children_gone(summary)
