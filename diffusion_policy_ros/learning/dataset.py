@@ -20,6 +20,7 @@ from diffusion_policy_ros.learning.episode_bag import EpisodeRecord, read_episod
 from diffusion_policy_ros.policy.configuration_diffusion import DiffusionPolicyConfig
 from diffusion_policy_ros.policy.features import (
     ACTION,
+    GRASP_STATE,
     IMAGE,
     LANGUAGE,
     POINTS_RGB,
@@ -60,6 +61,19 @@ def split_episodes(n: int, val_fraction: float, seed: int) -> tuple[list[int], l
     return sorted(order[n_val:].tolist()), sorted(order[:n_val].tolist())
 
 
+def grasp_state(episode: EpisodeRecord, closed_fraction: float = 0.5) -> np.ndarray:
+    """(D,) float32 joint state when the gripper command first falls below
+    ``closed_fraction`` of its opening at the start (the last state if it never does).
+
+    Label of the auxiliary grasp-pose loss; needs only the recorded commands and
+    joint states, so real-robot demonstrations have it too.
+    """
+    command = episode.actions[:, 0, -1]
+    closing = np.flatnonzero(command < closed_fraction * command[0])
+    i = int(closing[0]) if closing.size else len(episode) - 1
+    return episode.joint_positions[i].astype(np.float32)
+
+
 class EpisodeDataset(torch.utils.data.Dataset):
     """Policy batches (keys of ``policy.features``) from in-memory episodes."""
 
@@ -70,6 +84,7 @@ class EpisodeDataset(torch.utils.data.Dataset):
         self.embeddings = {ep.instruction: np.asarray(embeddings[ep.instruction], np.float32)
                            for ep in episodes}
         self.index = [(e, i) for e, ep in enumerate(episodes) for i in range(len(ep))]
+        self.grasp_states = [grasp_state(ep) for ep in episodes]
 
     def __len__(self) -> int:
         return len(self.index)
@@ -85,6 +100,7 @@ class EpisodeDataset(torch.utils.data.Dataset):
             STATE: torch.from_numpy(ep.joint_positions[frames].astype(np.float32)),
             LANGUAGE: torch.from_numpy(self.embeddings[ep.instruction]),
             ACTION: torch.from_numpy(ep.actions[i].astype(np.float32)),
+            GRASP_STATE: torch.from_numpy(self.grasp_states[e]),
         }
 
     def normalizer_stats(self) -> dict[str, dict[str, torch.Tensor]]:

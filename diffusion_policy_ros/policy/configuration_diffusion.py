@@ -100,6 +100,10 @@ class DiffusionPolicyConfig:
     clip_sample_range: float = param(1.0, "Clip bound of the normalised action", low=0.1,
                                      high=100.0)
     num_inference_steps: int = param(10, "DDIM steps per chunk by default", low=1, high=10000)
+    grasp_aux_weight: float = param(
+        0.0, "Weight of the auxiliary loss that predicts, from the condition vector, the "
+        "joint state at which the demonstration closed its gripper (0 = no such head)",
+        low=0.0, high=100.0)
 
     def __post_init__(self) -> None:
         # The YAML loader reads list elements as floats; layer indices are integers.

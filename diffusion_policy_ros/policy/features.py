@@ -18,5 +18,8 @@ LANGUAGE = "observation.language"
 ACTION = "action"
 """(B, T, D) joint targets (rad, gripper m); action[:, k] at stamp + k * action_dt_s.
 Episodes shorter than T are padded with their last action."""
+GRASP_STATE = "grasp_state"
+"""(B, D) training only: the joint state at which the episode's gripper closed (the
+target of the auxiliary grasp-pose head, ``grasp_aux_weight``)."""
 
 OBSERVATION_KEYS = (IMAGE, POINTS_XYZ, POINTS_RGB, STATE, LANGUAGE)

@@ -3,7 +3,10 @@
 Training (``compute_loss``): DDPM noise at a uniformly drawn step, the
 denoiser predicts the noise (``prediction_type = epsilon``) or the clean
 chunk (``sample``) from the noisy chunk, the step and the fused observation
-condition; mean squared error in fp32.
+condition; mean squared error in fp32. With ``grasp_aux_weight`` > 0 an
+auxiliary head also predicts, from the condition alone, the joint state at
+which the demonstration closed its gripper (label: ``dataset.grasp_state``),
+weighted into the same loss.
 
 Inference (``predict_action_chunk``): encode the observation once, then run
 DDIM from Gaussian noise for ``num_inference_steps`` denoiser calls and map
@@ -31,6 +34,7 @@ from diffusion_policy_ros.policy.configuration_diffusion import DiffusionPolicyC
 from diffusion_policy_ros.policy.dit import DiffusionTransformer
 from diffusion_policy_ros.policy.features import (
     ACTION,
+    GRASP_STATE,
     IMAGE,
     LANGUAGE,
     OBSERVATION_KEYS,
@@ -96,12 +100,21 @@ class DiffusionPolicy(nn.Module):
             language_dim=c.language_dim, dim=c.fusion_dim, layers=c.fusion_layers,
             heads=c.fusion_heads, cond_dim=c.cond_dim)
         self.denoiser = make_denoiser(c)
+        # Auxiliary head (training only): where the demonstration grasped, in joint space.
+        # It hands the encoders a direct gradient towards finding the named object, which
+        # the denoising loss alone gives only faintly: after 2.9k steps without it the first
+        # chunk of an episode did not depend on the scene or the instruction at all.
+        self.grasp_head = (nn.Sequential(nn.Linear(c.cond_dim, c.cond_dim), nn.Mish(),
+                                         nn.Linear(c.cond_dim, c.state_dim))
+                           if c.grasp_aux_weight > 0 else None)
         self.training_scheduler = make_training_scheduler(c)
         self.sampling_scheduler = make_sampling_scheduler(c)
 
     def parameter_counts(self) -> dict[str, int]:
-        parts = ("rgb_encoder", "point_encoder", "proprio_encoder", "fusion", "denoiser")
-        counts = {p: sum(w.numel() for w in getattr(self, p).parameters()) for p in parts}
+        parts = ("rgb_encoder", "point_encoder", "proprio_encoder", "fusion", "denoiser",
+                 "grasp_head")
+        counts = {p: sum(w.numel() for w in getattr(self, p).parameters()) for p in parts
+                  if getattr(self, p) is not None}
         counts["total"] = sum(counts.values())
         return counts
 
@@ -157,7 +170,12 @@ class DiffusionPolicy(nn.Module):
         noisy = self.training_scheduler.add_noise(clean, noise, steps)
         prediction = self.denoiser(noisy, steps, cond).float()
         target = noise if self.config.prediction_type == "epsilon" else clean
-        return F.mse_loss(prediction, target)
+        loss = F.mse_loss(prediction, target)
+        if self.grasp_head is not None and GRASP_STATE in batch:
+            grasp = self.normalizer.normalize(STATE, batch[GRASP_STATE].float())
+            loss = loss + self.config.grasp_aux_weight * F.mse_loss(
+                self.grasp_head(cond).float(), grasp)
+        return loss
 
     @torch.no_grad()
     def sample(self, cond: torch.Tensor, num_inference_steps: int | None = None,

@@ -132,3 +132,20 @@ def test_shipped_policies_stay_small(name, max_params):
     counts = DiffusionPolicy(load_policy_config(name)).parameter_counts()
     assert counts["total"] < max_params
     assert counts["total"] == sum(v for k, v in counts.items() if k != "total")
+
+
+def test_grasp_head_only_with_a_weight_and_its_loss_only_with_the_label(make_config, make_batch):
+    assert DiffusionPolicy(make_config()).grasp_head is None
+    policy = DiffusionPolicy(make_config(grasp_aux_weight=0.5)).train()
+    assert policy.parameter_counts()["grasp_head"] > 0
+    batch = make_batch(policy.config, 4)
+    noise = torch.randn(4, policy.config.horizon, policy.config.action_dim)
+    steps = torch.tensor([1, 10, 50, 99])
+    torch.manual_seed(0)
+    plain = policy.compute_loss(batch, noise, steps)
+    torch.manual_seed(0)
+    label = {keys.GRASP_STATE: torch.full((4, 7), 3.0)}
+    labelled = policy.compute_loss({**batch, **label}, noise, steps)
+    assert labelled > plain  # the head cannot predict a state far outside the data yet
+    labelled.backward()
+    assert policy.grasp_head[0].weight.grad.abs().sum() > 0

@@ -1,0 +1,24 @@
+"""Training samples: the grasp-state label of the auxiliary loss."""
+
+from pathlib import Path
+
+import numpy as np
+
+from diffusion_policy_ros.learning.dataset import grasp_state
+from diffusion_policy_ros.learning.episode_bag import EpisodeRecord
+
+
+def _episode(gripper_commands):
+    n = len(gripper_commands)
+    actions = np.zeros((n, 16, 7))
+    actions[:, :, 6] = np.asarray(gripper_commands)[:, None]
+    joints = np.arange(n, dtype=np.float64)[:, None] * np.ones((1, 7))
+    return EpisodeRecord(Path("x"), "pick up the red cube", {}, np.arange(n),
+                         np.zeros((n, 2, 2, 3)), np.zeros((n, 4, 3)), np.zeros((n, 4, 3)),
+                         joints, actions, "chunks")
+
+
+def test_grasp_state_is_where_the_gripper_command_first_closes():
+    state = grasp_state(_episode([0.085, 0.085, 0.085, 0.03, 0.0, 0.0]))
+    assert state.dtype == np.float32 and state.tolist() == [3.0] * 7
+    assert grasp_state(_episode([0.085] * 4)).tolist() == [3.0] * 7  # never closed: last
