@@ -17,6 +17,7 @@ setup(
         (f"share/{package_name}/launch", glob("launch/*.launch.py")),
         (f"share/{package_name}/config", glob("config/*.yaml") + glob("config/*.rviz")),
         (f"share/{package_name}/urdf", ["diffusion_policy_ros/sim/assets/arm.urdf"]),
+        (f"share/{package_name}/checkpoints/grasp_unet", glob("checkpoints/grasp_unet/*")),
     ],
     install_requires=["setuptools"],
     zip_safe=True,

@@ -8,6 +8,8 @@ import importlib
 import json
 import sys
 
+from diffusion_policy_ros.config import SHIPPED_CHECKPOINT
+
 
 def _run_main(module: str, argv: list[str] | None = None) -> int:
     main = importlib.import_module(module).main
@@ -159,7 +161,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.set_defaults(func=_train)
 
     evaluation = sub.add_parser("eval", help="closed-loop policy evaluation in simulation")
-    evaluation.add_argument("--checkpoint", required=True)
+    evaluation.add_argument("--checkpoint", default=str(SHIPPED_CHECKPOINT),
+                            help="policy checkpoint directory (default checkpoints/grasp_unet "
+                            "in the repository)")
     evaluation.add_argument("--episodes", type=int, default=100)
     evaluation.add_argument("--seed", type=int, default=0, help="seed of the first episode")
     evaluation.add_argument("--instructions", choices=["task", "wrong"], default="task",

@@ -17,6 +17,8 @@ from typing import Any, get_type_hints
 import yaml
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "config"
+#: The policy this repository ships (``dpr bringup``, ``dpr replay`` and ``dpr eval`` default).
+SHIPPED_CHECKPOINT = CONFIG_DIR.parent / "checkpoints" / "grasp_unet"
 
 
 class ConfigError(ValueError):

@@ -34,9 +34,9 @@ from pathlib import Path
 
 import numpy as np
 
+from diffusion_policy_ros.config import SHIPPED_CHECKPOINT
 from diffusion_policy_ros.learning.episode_bag import JOINT_NAMES, EpisodeRecord, read_episode
 
-DEFAULT_CHECKPOINT = Path(__file__).resolve().parents[2] / "checkpoints" / "grasp_unet"
 REPORT_FILE = "report.json"
 PLOT_FILES = ("trajectories.png", "error_vs_horizon.png", "latency_discontinuity.png")
 ARM = slice(0, 6)
@@ -82,7 +82,7 @@ def default_report_dir(bag: str | Path) -> Path:
 
 
 def resolve_checkpoint(checkpoint: str | Path | None) -> Path:
-    path = Path(checkpoint) if checkpoint else DEFAULT_CHECKPOINT
+    path = Path(checkpoint) if checkpoint else SHIPPED_CHECKPOINT
     if not path.is_dir():
         raise ReplayError(f"checkpoint {path}: no such directory; pass --checkpoint DIR "
                           "(a checkpoint directory written by dpr train)")

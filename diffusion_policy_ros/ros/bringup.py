@@ -73,11 +73,9 @@ from pathlib import Path
 
 import numpy as np
 
-from diffusion_policy_ros.config import CONFIG_DIR
+from diffusion_policy_ros.config import CONFIG_DIR, SHIPPED_CHECKPOINT
 from diffusion_policy_ros.ros.processes import wait_or_kill
 
-#: Where ``dpr train`` output is expected to be installed for ``ros2 launch`` and bringup.
-DEFAULT_CHECKPOINT = CONFIG_DIR.parent / "checkpoints" / "grasp_unet"
 OUTCOMES = ("success", "wrong_object", "timeout")
 STATUS_PERIOD_S = 10.0
 _OVERRIDE = re.compile(r"^[A-Za-z_][\w.]*:=.*$", re.DOTALL)
@@ -142,9 +140,9 @@ def resolve_checkpoint(checkpoint: str | None) -> str:
         if not path.is_dir():
             raise BringupError(f"--checkpoint {checkpoint}: no such directory")
         return str(path.resolve())
-    if DEFAULT_CHECKPOINT.is_dir():
-        return str(DEFAULT_CHECKPOINT)
-    raise BringupError(f"no checkpoint: {DEFAULT_CHECKPOINT} does not exist; pass --checkpoint "
+    if SHIPPED_CHECKPOINT.is_dir():
+        return str(SHIPPED_CHECKPOINT)
+    raise BringupError(f"no checkpoint: {SHIPPED_CHECKPOINT} does not exist; pass --checkpoint "
                        "DIR (a checkpoint directory written by dpr train)")
 
 

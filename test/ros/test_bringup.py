@@ -97,7 +97,7 @@ def test_bad_options_are_refused(opts, match, tmp_path):
 
 
 def test_missing_default_checkpoint_says_what_to_pass(monkeypatch, tmp_path, capsys):
-    monkeypatch.setattr(bringup, "DEFAULT_CHECKPOINT", tmp_path / "absent")
+    monkeypatch.setattr(bringup, "SHIPPED_CHECKPOINT", tmp_path / "absent")
     with pytest.raises(BringupError, match="--checkpoint"):
         bringup.resolve_checkpoint(None)
     assert bringup.run(Options(episodes=1)) == 2
