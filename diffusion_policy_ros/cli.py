@@ -90,7 +90,26 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _eval_over_ros(args: argparse.Namespace) -> int:
+    """``dpr eval --ros``: the same seeded episodes through the real nodes (``dpr bringup``)."""
+    from diffusion_policy_ros.ros import bringup
+
+    if args.instructions != "task":
+        print("dpr eval: --ros scores the sim's own instruction; --instructions wrong runs "
+              "in process only", file=sys.stderr)
+        return 2
+    if args.seed < 1:
+        print("dpr eval: --ros needs --seed >= 1 (sim_node's start-up episode takes seed - 1)",
+              file=sys.stderr)
+        return 2
+    return bringup.run(bringup.Options(
+        episodes=args.episodes, seed=args.seed, checkpoint=args.checkpoint,
+        device=args.device, num_inference_steps=args.steps or 0, out=args.out))
+
+
 def _eval(args: argparse.Namespace) -> int:
+    if args.ros:
+        return _eval_over_ros(args)
     from diffusion_policy_ros.learning.evaluate import evaluate, write_report
 
     summary, outcomes = evaluate(args.checkpoint, args.episodes, args.seed,
@@ -174,6 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
     evaluation.add_argument("--out", help="write per-episode GIF (camera view + predicted "
                             "end-effector path) and PNG plot (references vs measured joints, "
                             "chunk latency) into this directory")
+    evaluation.add_argument("--ros", action="store_true", help="run the episodes through the "
+                            "real nodes over ROS (dpr bringup --episodes) instead of in "
+                            "process: real latency, real time")
     evaluation.set_defaults(func=_eval)
 
     rep = sub.add_parser("replay", help="run perception + policy offline over a recorded "

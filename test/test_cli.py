@@ -12,6 +12,8 @@ from diffusion_policy_ros.cli import build_parser, main
                                   ["collect", "--episodes", "1", "--out", "x"],
                                   ["train", "--data", "d", "--config", "c", "--out", "o"],
                                   ["eval", "--checkpoint", "c", "--episodes", "2"],
+                                  ["eval", "--ros", "--episodes", "2", "--seed", "5", "--out",
+                                   "o"],
                                   ["eval-expert", "--episodes", "2"],
                                   ["replay", "--bag", "b", "--checkpoint", "c", "--report", "r",
                                    "--force"],
@@ -25,6 +27,15 @@ def test_subcommands_parse(argv):
     args, extra = build_parser().parse_known_args(argv)
     assert callable(args.func)
     assert not extra or args.passthrough is not None
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["eval", "--ros", "--instructions", "wrong"], "in process only"),
+    (["eval", "--ros", "--seed", "0"], "--seed >= 1"),
+])
+def test_eval_over_ros_refuses_what_it_cannot_do(argv, message, capsys):
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
 
 
 def test_unknown_option_is_an_error():
