@@ -185,8 +185,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "in the repository)")
     evaluation.add_argument("--episodes", type=int, default=100)
     evaluation.add_argument("--seed", type=int, default=0, help="seed of the first episode")
-    evaluation.add_argument("--instructions", choices=["task", "wrong"], default="task",
-                            help="wrong: give the instruction for another object")
+    evaluation.add_argument("--instructions", choices=["task", "wrong", "switch"],
+                            default="task", help="wrong: the instruction for another object; "
+                            "switch: that one first, the episode's own after 1 s")
     evaluation.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda", "npu"])
     evaluation.add_argument("--steps", type=int, help="DDIM steps (default: the checkpoint's)")
     evaluation.add_argument("--report", help="write the per-episode JSON report here")

@@ -6,10 +6,12 @@ period conditioned on the last To observations (one control period apart, as
 in training). Sim time stands still while the policy computes, so chunks
 arrive with zero latency here; the ROS path (``--ros``) has real latency.
 
-``instruction_mode``: ``task`` (the episode's instruction), or ``wrong`` (the
-instruction for another object, the same for the whole episode): a policy
+``instruction_mode``: ``task`` (the episode's instruction), ``wrong`` (the
+instruction for another object, the same for the whole episode: a policy
 that follows the words must then mostly lift that other object, i.e. score a
-high wrong-object rate and a low success rate.
+high wrong-object rate and a low success rate), or ``switch`` (the wrong
+instruction first, the episode's own from ``SWITCH_AFTER_S`` of sim time on:
+success means the policy dropped the old target and pursued the new one).
 
 ``media_dir``: per episode a GIF of the camera view with the end-effector
 path of each chunk drawn in (forward kinematics of its joint positions) and a
@@ -36,7 +38,8 @@ from diffusion_policy_ros.sim.sim_config import load_sim_config
 from diffusion_policy_ros.sim.task import TEMPLATES, GraspTask, instruction_for
 from diffusion_policy_ros.viz.episode_media import EpisodeRecording, PathProjector
 
-INSTRUCTION_MODES = ("task", "wrong")
+INSTRUCTION_MODES = ("task", "wrong", "switch")
+SWITCH_AFTER_S = 1.0
 
 
 @dataclasses.dataclass
@@ -107,7 +110,7 @@ def run_policy_episode(env: GraspEnv, runner: PolicyRunner, seed: int,
     obs, info = env.reset(seed)
     task = info["task"]
     instruction = task.instruction
-    if instruction_mode == "wrong":
+    if instruction_mode in ("wrong", "switch"):
         rng = np.random.default_rng([seed, 7])
         others = [n for n in env.runtime.scene.object_names if n != task.target]
         wrong = others[rng.integers(len(others))]
@@ -119,8 +122,11 @@ def run_policy_episode(env: GraspEnv, runner: PolicyRunner, seed: int,
         if media_dir is not None else None
     env.after_physics_step = media.after_physics_step if media else None
     latencies, done = [], False
+    start_s = obs["stamp_s"]
     try:
         while not done:
+            if instruction_mode == "switch" and obs["stamp_s"] - start_s >= SWITCH_AFTER_S:
+                instruction = task.instruction
             t0 = time.perf_counter()
             chunk = runner.predict(list(history), instruction, seed=seed)
             latencies.append((time.perf_counter() - t0) * 1e3)

@@ -306,6 +306,9 @@ def format_summary(summary: dict) -> str:
                  f"{f(jit['p50'], '.3f')} ms, p99 {f(jit['p99'], '.3f')} ms (worst p99 "
                  f"{f(jit['p99_worst'], '.3f')} ms), max {f(jit['max'], '.3f')} ms; sim "
                  f"real-time factor {f(summary['sim_real_time_factor'], '.2f')}")
+    errors = summary.get("diagnostics_errors") or {}
+    lines.append("ERROR on /diagnostics after start-up: " + ("none" if not errors else "; ".join(
+        f"{node} x{e['count']} ({' | '.join(e['messages'])})" for node, e in errors.items())))
     return "\n".join(lines)
 
 
@@ -402,6 +405,10 @@ class Monitor:
         self.diag_counts: dict[str, int] = {}
         self.diag_messages: dict[str, str] = {}
         self.diag_errors: dict[str, bool] = {}
+        #: ERROR statuses per node once the graph is up (start-up faults such as the
+        #: tracker's "no joint_states yet" are expected and not counted), first messages.
+        self.errors_after_ready: dict[str, dict] = {}
+        self.ready = False
         self.episodes: dict[int, dict] = {}  # episode number -> latest sim/episode report
         self.ended: list[dict] = []  # reports of episodes that ended, in order
         self.tracker_p99: list[tuple[float, float]] = []  # (monotonic s, period_error p99)
@@ -434,6 +441,11 @@ class Monitor:
             self.diagnostics[name] = values
             self.diag_messages[name] = status.message
             self.diag_errors[name] = status.level == self._error_level
+            if self.ready and status.level == self._error_level:
+                entry = self.errors_after_ready.setdefault(name, {"count": 0, "messages": []})
+                entry["count"] += 1
+                if status.message not in entry["messages"] and len(entry["messages"]) < 5:
+                    entry["messages"].append(status.message)
             self.diag_counts[name] = self.diag_counts.get(name, 0) + 1
             if name == "pd_tracker_node":
                 p99 = _float(values.get("period_error_ms_p99"))
@@ -534,6 +546,7 @@ def _wait_ready(mon: Monitor, nodes: list[str], timeout_s: float, required: bool
             raise Stop(problem)
         print(f"warning: {problem}; still running", flush=True)
         return
+    mon.ready = True
     print(f"ready after {time.monotonic() - t0:.1f} s: chunks flowing", flush=True)
 
 
@@ -651,7 +664,8 @@ def run(opts: Options) -> int:
         exited_early = children.exited()
         return_codes = children.stop()  # a second Ctrl-C meanwhile is recorded, not raised
         snapshot = (dict(diagnostics=mon.diagnostics, chunks=list(mon.chunks),
-                         tracker_p99=list(mon.tracker_p99), ended=list(mon.ended))
+                         tracker_p99=list(mon.tracker_p99), ended=list(mon.ended),
+                         errors=dict(mon.errors_after_ready))
                     if mon is not None else None)
         if mon is not None:
             mon.close()
@@ -685,6 +699,7 @@ def run(opts: Options) -> int:
                                   "exit_status": return_codes.get(spec.name),
                                   "exited_early": spec.name in exited_early}
                       for spec in specs},
+        "diagnostics_errors": snapshot["errors"],
         "diagnostics": snapshot["diagnostics"],
     }
     print(format_summary(summary), flush=True)

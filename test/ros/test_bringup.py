@@ -122,6 +122,10 @@ def test_summary_figures():
     empty = bringup.summarize([], [], {}, None)
     assert empty["success_rate"] is None and empty["chunk_latency_ms"]["p50"] is None
     assert "n/a" in bringup.format_summary({**empty, "episodes_requested": 1})
+    text = bringup.format_summary({**empty, "diagnostics_errors": {
+        "pd_tracker_node": {"count": 2, "messages": ["fault: joint_states stale"]}}})
+    assert "pd_tracker_node x2 (fault: joint_states stale)" in text
+    assert "after start-up: none" in bringup.format_summary(empty)
 
 
 # -- end to end -------------------------------------------------------------------------------
@@ -186,6 +190,8 @@ def test_one_episode_through_the_real_nodes(tiny_checkpoint, tmp_path, extra):
     assert set(summary["processes"]) == NODES
     _assert_children_gone(summary)
     assert "success rate" in result.stdout and "period error p50" in result.stdout
+    assert isinstance(summary["diagnostics_errors"], dict)
+    assert "ERROR on /diagnostics after start-up" in result.stdout
 
 
 @pytest.mark.slow
