@@ -44,7 +44,7 @@ class PlayOptions:
     flush_s: float = 2.0
     """After the last message, wait up to this long for every subscriber's acknowledgement."""
     topics: list[str] | None = None
-    """Play only these topics (names as recorded); None: all."""
+    """Play only these topics (a leading "/" is optional); None: all."""
     namespace: str = ""
 
 
@@ -174,10 +174,12 @@ def play(options: PlayOptions, context=None) -> PlayReport:
     path = Path(options.bag)
     reader = open_bag(path)
     try:
+        # "/joint_states" (ros2 bag record) and "joint_states" (dpr collect) are one topic.
+        wanted = None if options.topics is None else {t.lstrip("/") for t in options.topics}
         connections = [c for c in reader.connections
-                       if options.topics is None or c.topic in options.topics]
-        if options.topics is not None:
-            missing = sorted(set(options.topics) - {c.topic for c in connections})
+                       if wanted is None or c.topic.lstrip("/") in wanted]
+        if wanted is not None:
+            missing = sorted(wanted - {c.topic.lstrip("/") for c in connections})
             if missing:
                 raise BagError(f"{path}: no such topics in the bag: {missing}")
         player = BagPlayer(connections, options, context=context)

@@ -55,7 +55,7 @@ def test_publish_plays_raw_cdr_with_bag_clock(ros, tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-m", "diffusion_policy_ros.cli", "replay", "--bag",
          str(tmp_path / "bag"), "--publish", "--rate", "2", "--wait", "10",
-         "--topics", "joint_states", "policy/action_chunk", "instruction"],
+         "--topics", "/joint_states", "policy/action_chunk", "instruction"],
         stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy())
     try:
         ros.spin_until(lambda: proc.poll() is not None, 60.0, "the player to finish")
@@ -88,3 +88,48 @@ def test_unknown_type_and_missing_bag_are_bag_errors(tmp_path):
                           str(tmp_path / "nope"), "--publish"], capture_output=True, text=True,
                          env=os.environ.copy(), timeout=60)
     assert out.returncode == 2 and "no such bag" in out.stderr
+
+
+@pytest.mark.slow
+def test_nodes_on_sim_time_act_on_a_played_bag(ros, start_node, tiny_demos, tiny_checkpoint):
+    """replay.launch.py's graph without launch: the bag's Kinect stream, joint_states and
+    instruction drive rgbd_sync_node and policy_node on /clock from the bag."""
+    from rosbags.rosbag2 import Reader
+
+    from diffusion_policy_ros.config import CONFIG_DIR
+    from diffusion_policy_ros.learning.collect import episode_name
+
+    bag = tiny_demos / episode_name(21)
+    with Reader(bag) as reader:
+        bag_start, bag_end = reader.start_time, reader.end_time
+    sim_time = ["-p", "use_sim_time:=true"]
+    start_node("diffusion_policy_ros.ros.rgbd_sync_node",
+               ["--params-file", str(CONFIG_DIR / "rgbd_sync.yaml"), *sim_time])
+    policy = start_node("diffusion_policy_ros.ros.policy_node",
+                        ["--params-file", str(CONFIG_DIR / "policy_node.yaml"), *sim_time,
+                         "-p", f"checkpoint:={tiny_checkpoint}", "-p", "autostart:=true",
+                         "-p", "device:=cpu"])
+    stamps = []
+    ros.node.create_subscription(JointTrajectory, "policy/action_chunk",
+                                 lambda m: stamps.append(_ns(m.header.stamp)),
+                                 QoSProfile(depth=20))
+    log = open(f"{policy.log_path}.player", "w")  # noqa: SIM115 - closed below
+    player = subprocess.Popen(
+        [sys.executable, "-m", "diffusion_policy_ros.cli", "replay", "--bag", str(bag),
+         "--publish", "--wait", "120", "--topics", "camera/rgb/image_raw",
+         "camera/rgb/camera_info", "camera/depth_to_rgb/image_raw", "joint_states",
+         "instruction"], stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy())
+    try:
+        ros.spin_until(lambda: player.poll() is not None, 240.0,
+                       lambda: f"the player to finish\n{policy.log()}")
+        ros.spin_for(0.5)
+    finally:
+        if player.poll() is None:
+            player.terminate()
+            player.wait(10)
+        log.close()
+    assert player.returncode == 0
+    # Chunks carry the stamps of the recorded observations: the nodes ran on the bag's clock.
+    assert len(stamps) >= 5, policy.log()
+    assert all(bag_start <= s <= bag_end for s in stamps)
+    assert stamps == sorted(stamps)
