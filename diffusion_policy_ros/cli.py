@@ -114,7 +114,7 @@ def _eval(args: argparse.Namespace) -> int:
 
     summary, outcomes = evaluate(args.checkpoint, args.episodes, args.seed,
                                  args.instructions, args.device, args.steps,
-                                 media_dir=args.out)
+                                 media_dir=args.out, fresh_noise=args.fresh_noise)
     print(json.dumps(summary, indent=2))
     if args.report:
         write_report(args.report, summary, outcomes)
@@ -194,6 +194,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluation.add_argument("--out", help="write per-episode GIF (camera view + predicted "
                             "end-effector path) and PNG plot (references vs measured joints, "
                             "chunk latency) into this directory")
+    evaluation.add_argument("--fresh-noise", action="store_true", help="new initial noise "
+                            "for every chunk (default: the same noise, seeded per episode)")
     evaluation.add_argument("--ros", action="store_true", help="run the episodes through the "
                             "real nodes over ROS (dpr bringup --episodes) instead of in "
                             "process: real latency, real time")

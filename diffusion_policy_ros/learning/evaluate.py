@@ -13,6 +13,10 @@ high wrong-object rate and a low success rate), or ``switch`` (the wrong
 instruction first, the episode's own from ``SWITCH_AFTER_S`` of sim time on:
 success means the policy dropped the old target and pursued the new one).
 
+Initial noise: every chunk of an episode starts DDIM from the same noise (seeded
+by the episode seed), as ``policy_node`` does with its ``seed`` parameter;
+``fresh_noise`` draws new noise per chunk instead.
+
 ``media_dir``: per episode a GIF of the camera view with the end-effector
 path of each chunk drawn in (forward kinematics of its joint positions) and a
 plot of tracker references vs measured joints and the chunk latency
@@ -106,7 +110,8 @@ class _EpisodeMedia:
 
 def run_policy_episode(env: GraspEnv, runner: PolicyRunner, seed: int,
                        instruction_mode: str = "task",
-                       media_dir: str | Path | None = None) -> EpisodeOutcome:
+                       media_dir: str | Path | None = None,
+                       fresh_noise: bool = False) -> EpisodeOutcome:
     obs, info = env.reset(seed)
     task = info["task"]
     instruction = task.instruction
@@ -128,7 +133,8 @@ def run_policy_episode(env: GraspEnv, runner: PolicyRunner, seed: int,
             if instruction_mode == "switch" and obs["stamp_s"] - start_s >= SWITCH_AFTER_S:
                 instruction = task.instruction
             t0 = time.perf_counter()
-            chunk = runner.predict(list(history), instruction, seed=seed)
+            chunk = runner.predict(list(history), instruction,
+                                   seed=None if fresh_noise else seed)
             latencies.append((time.perf_counter() - t0) * 1e3)
             if media:
                 media.chunk(chunk, latencies[-1])
@@ -174,7 +180,8 @@ def evaluate(checkpoint: str | Path, episodes: int = 100, seed: int = 0,
              instruction_mode: str = "task", device: str = "cpu",
              num_inference_steps: int | None = None, num_threads: int | None = 1,
              progress: bool = True,
-             media_dir: str | Path | None = None) -> tuple[dict, list[EpisodeOutcome]]:
+             media_dir: str | Path | None = None,
+             fresh_noise: bool = False) -> tuple[dict, list[EpisodeOutcome]]:
     """Closed-loop episodes with seeds ``seed .. seed + episodes - 1``."""
     if instruction_mode not in INSTRUCTION_MODES:
         raise ValueError(f"instruction_mode must be one of {INSTRUCTION_MODES}")
@@ -189,7 +196,7 @@ def evaluate(checkpoint: str | Path, episodes: int = 100, seed: int = 0,
     with GraspEnv(config) as env:
         for i in range(episodes):
             outcomes.append(run_policy_episode(env, runner, seed + i, instruction_mode,
-                                               media_dir))
+                                               media_dir, fresh_noise))
             if progress:
                 o = outcomes[-1]
                 print(f"[{i + 1}/{episodes}] seed {o.seed} {o.target}: {_result(o)} "
