@@ -78,12 +78,17 @@ class EpisodeDataset(torch.utils.data.Dataset):
     """Policy batches (keys of ``policy.features``) from in-memory episodes."""
 
     def __init__(self, episodes: list[EpisodeRecord], config: DiffusionPolicyConfig,
-                 embeddings: dict[str, np.ndarray]):
+                 embeddings: dict[str, np.ndarray], early_frames: int = 0,
+                 early_frame_repeat: int = 1):
+        """``early_frames`` / ``early_frame_repeat``: the first frames of every episode
+        appear that many times in the index (see ``TrainConfig.early_frames``)."""
         self.config = config
         self.episodes = episodes
         self.embeddings = {ep.instruction: np.asarray(embeddings[ep.instruction], np.float32)
                            for ep in episodes}
         self.index = [(e, i) for e, ep in enumerate(episodes) for i in range(len(ep))]
+        self.index += [(e, i) for _ in range(early_frame_repeat - 1)
+                       for e, ep in enumerate(episodes) for i in range(min(early_frames, len(ep)))]
         self.grasp_states = [grasp_state(ep) for ep in episodes]
 
     def __len__(self) -> int:

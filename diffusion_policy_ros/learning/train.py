@@ -194,7 +194,8 @@ def train(data_dir: str | Path, policy_config: DiffusionPolicyConfig, config: Tr
     embedder = LanguageEmbedder(policy_config.language_model,
                                 cache_path=out / "language_cache.json" if d.main else None)
     embeddings = {ep.instruction: embedder.embed(ep.instruction) for ep in episodes}
-    train_set = EpisodeDataset([episodes[i] for i in train_idx], policy_config, embeddings)
+    train_set = EpisodeDataset([episodes[i] for i in train_idx], policy_config, embeddings,
+                               config.early_frames, config.early_frame_repeat)
     val_set = EpisodeDataset([episodes[i] for i in val_idx], policy_config, embeddings)
 
     policy = DiffusionPolicy(policy_config)

@@ -36,6 +36,13 @@ class TrainConfig:
     device: str = param("auto", "auto | cpu | cuda | npu", choices=("auto", "cpu", "cuda", "npu"))
     num_threads: int = param(0, "torch intra-op threads on the CPU; 0 = torch's default",
                              low=0, high=256)
+    early_frames: int = param(
+        0, "Oversample the first N frames of every episode: there the arm has not moved yet "
+        "and only the scene and the instruction say where to go, while later frames can be "
+        "predicted from the arm's own motion (a shortcut that left the first chunk blind)",
+        low=0, high=10_000)
+    early_frame_repeat: int = param(1, "How many times each of those frames is in an epoch",
+                                    low=1, high=1000)
     init_from: str = param("", "Warm start: copy the weights of this checkpoint directory "
                            "wherever name and shape match the new model (the rest keep their "
                            "initialisation); the normaliser comes from the data. '' = none")

@@ -22,3 +22,17 @@ def test_grasp_state_is_where_the_gripper_command_first_closes():
     state = grasp_state(_episode([0.085, 0.085, 0.085, 0.03, 0.0, 0.0]))
     assert state.dtype == np.float32 and state.tolist() == [3.0] * 7
     assert grasp_state(_episode([0.085] * 4)).tolist() == [3.0] * 7  # never closed: last
+
+
+def test_early_frames_are_repeated_in_the_index():
+    from diffusion_policy_ros.learning.dataset import EpisodeDataset
+    from diffusion_policy_ros.policy.configuration_diffusion import DiffusionPolicyConfig
+
+    episodes = [_episode([0.085] * 10), _episode([0.085] * 3)]
+    embeddings = {"pick up the red cube": np.zeros(384)}
+    plain = EpisodeDataset(episodes, DiffusionPolicyConfig(), embeddings)
+    assert len(plain) == 13
+    early = EpisodeDataset(episodes, DiffusionPolicyConfig(), embeddings, early_frames=4,
+                           early_frame_repeat=3)
+    assert len(early) == 13 + 2 * (4 + 3)  # the 3-frame episode has only 3 early frames
+    assert early.index.count((0, 0)) == 3 and early.index.count((0, 5)) == 1
