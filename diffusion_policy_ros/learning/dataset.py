@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from diffusion_policy_ros.learning.augmentation import ColourSwap
 from diffusion_policy_ros.learning.episode_bag import EpisodeRecord, read_episode
 from diffusion_policy_ros.policy.configuration_diffusion import DiffusionPolicyConfig
 from diffusion_policy_ros.policy.features import (
@@ -79,13 +80,21 @@ class EpisodeDataset(torch.utils.data.Dataset):
 
     def __init__(self, episodes: list[EpisodeRecord], config: DiffusionPolicyConfig,
                  embeddings: dict[str, np.ndarray], early_frames: int = 0,
-                 early_frame_repeat: int = 1):
+                 early_frame_repeat: int = 1, colour_swap: ColourSwap | None = None,
+                 colour_swap_prob: float = 0.0):
         """``early_frames`` / ``early_frame_repeat``: the first frames of every episode
-        appear that many times in the index (see ``TrainConfig.early_frames``)."""
+        appear that many times in the index (see ``TrainConfig.early_frames``).
+        ``colour_swap``: with probability ``colour_swap_prob`` a sample's object colours
+        and instruction are permuted (``augmentation.ColourSwap``); ``embeddings`` must
+        then hold every ``instruction_variants`` of the episodes' instructions."""
         self.config = config
         self.episodes = episodes
-        self.embeddings = {ep.instruction: np.asarray(embeddings[ep.instruction], np.float32)
-                           for ep in episodes}
+        self.colour_swap = colour_swap if colour_swap_prob > 0 else None
+        self.colour_swap_prob = colour_swap_prob
+        texts = {ep.instruction for ep in episodes}
+        if self.colour_swap is not None:
+            texts = set().union(*(self.colour_swap.instruction_variants(t) for t in texts))
+        self.embeddings = {t: np.asarray(embeddings[t], np.float32) for t in texts}
         self.index = [(e, i) for e, ep in enumerate(episodes) for i in range(len(ep))]
         self.index += [(e, i) for _ in range(early_frame_repeat - 1)
                        for e, ep in enumerate(episodes) for i in range(min(early_frames, len(ep)))]
@@ -98,12 +107,20 @@ class EpisodeDataset(torch.utils.data.Dataset):
         e, i = self.index[k]
         ep = self.episodes[e]
         frames = np.clip(np.arange(i - self.config.n_obs_steps + 1, i + 1), 0, None)
+        images, colors, instruction = ep.images[frames], ep.colors[frames], ep.instruction
+        # Drawn from torch's generator, so torch.manual_seed makes the augmentation repeatable.
+        if self.colour_swap is not None and torch.rand(()).item() < self.colour_swap_prob:
+            rng = np.random.default_rng(int(torch.randint(0, 2**31 - 1, ()).item()))
+            mapping = self.colour_swap.sample(rng)
+            images = self.colour_swap.recolour(images, mapping)
+            colors = self.colour_swap.recolour(colors, mapping)
+            instruction = self.colour_swap.instruction(instruction, mapping)
         return {
-            IMAGE: torch.from_numpy(ep.images[frames]).permute(0, 3, 1, 2),
+            IMAGE: torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2),
             POINTS_XYZ: torch.from_numpy(ep.points[frames]),
-            POINTS_RGB: torch.from_numpy(ep.colors[frames]),
+            POINTS_RGB: torch.from_numpy(np.ascontiguousarray(colors)),
             STATE: torch.from_numpy(ep.joint_positions[frames].astype(np.float32)),
-            LANGUAGE: torch.from_numpy(self.embeddings[ep.instruction]),
+            LANGUAGE: torch.from_numpy(self.embeddings[instruction]),
             ACTION: torch.from_numpy(ep.actions[i].astype(np.float32)),
             GRASP_STATE: torch.from_numpy(self.grasp_states[e]),
         }

@@ -30,6 +30,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
+from diffusion_policy_ros.learning.augmentation import ColourSwap
 from diffusion_policy_ros.learning.dataset import (
     EpisodeDataset,
     dataset_fingerprint,
@@ -193,9 +194,17 @@ def train(data_dir: str | Path, policy_config: DiffusionPolicyConfig, config: Tr
     train_idx, val_idx = split_episodes(len(episodes), config.val_fraction, config.seed)
     embedder = LanguageEmbedder(policy_config.language_model,
                                 cache_path=out / "language_cache.json" if d.main else None)
-    embeddings = {ep.instruction: embedder.embed(ep.instruction) for ep in episodes}
+    swap = None
+    texts = {ep.instruction for ep in episodes}
+    if config.colour_swap_prob > 0:
+        from diffusion_policy_ros.sim.scene import load_model
+
+        swap = ColourSwap.from_model(load_model())
+        texts = set().union(*(swap.instruction_variants(t) for t in texts))
+    embeddings = {t: embedder.embed(t) for t in sorted(texts)}
     train_set = EpisodeDataset([episodes[i] for i in train_idx], policy_config, embeddings,
-                               config.early_frames, config.early_frame_repeat)
+                               config.early_frames, config.early_frame_repeat, swap,
+                               config.colour_swap_prob)
     val_set = EpisodeDataset([episodes[i] for i in val_idx], policy_config, embeddings)
 
     policy = DiffusionPolicy(policy_config)

@@ -43,6 +43,10 @@ class TrainConfig:
         low=0, high=10_000)
     early_frame_repeat: int = param(1, "How many times each of those frames is in an epoch",
                                     low=1, high=1000)
+    colour_swap_prob: float = param(
+        0.0, "Share of samples whose object colours (image, point colours) and instruction "
+        "colour word are permuted within each shape (learning.augmentation.ColourSwap)",
+        low=0.0, high=1.0)
     init_from: str = param("", "Warm start: copy the weights of this checkpoint directory "
                            "wherever name and shape match the new model (the rest keep their "
                            "initialisation); the normaliser comes from the data. '' = none")

@@ -36,3 +36,30 @@ def test_early_frames_are_repeated_in_the_index():
                            early_frame_repeat=3)
     assert len(early) == 13 + 2 * (4 + 3)  # the 3-frame episode has only 3 early frames
     assert early.index.count((0, 0)) == 3 and early.index.count((0, 5)) == 1
+
+
+def test_colour_swap_changes_colours_and_the_instruction_together():
+    import torch
+
+    from diffusion_policy_ros.learning.augmentation import ColourSwap
+    from diffusion_policy_ros.learning.dataset import EpisodeDataset
+    from diffusion_policy_ros.policy import features as keys
+    from diffusion_policy_ros.policy.configuration_diffusion import DiffusionPolicyConfig
+
+    swap = ColourSwap({"red": (0.85, 0.1, 0.1), "blue": (0.1, 0.25, 0.9)}, [["red", "blue"]])
+    ep = _episode([0.085] * 3)
+    ep.images[:] = np.array([217, 25, 25], np.uint8)  # every pixel red
+    variants = swap.instruction_variants(ep.instruction)
+    assert variants == {"pick up the red cube", "pick up the blue cube"}
+    embeddings = {t: np.full(384, i, np.float32) for i, t in enumerate(sorted(variants))}
+    data = EpisodeDataset([ep], DiffusionPolicyConfig(), embeddings, colour_swap=swap,
+                          colour_swap_prob=1.0)
+    torch.manual_seed(0)
+    seen = set()
+    for _ in range(20):
+        sample = data[0]
+        blue = bool(sample[keys.IMAGE][0, 2, 0, 0] > sample[keys.IMAGE][0, 0, 0, 0])
+        text = sorted(variants)[int(sample[keys.LANGUAGE][0])]
+        assert blue == ("blue" in text)
+        seen.add(blue)
+    assert seen == {True, False}
