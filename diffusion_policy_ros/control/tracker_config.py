@@ -31,7 +31,7 @@ class PdTrackerConfig:
     rate_hz: float = param(500.0, "Control rate: reference, PD and commands (Hz)",
                            low=1.0, high=2000.0)
     realtime_priority: int = param(
-        0, "pd_tracker_node: SCHED_FIFO priority (1-99) of its process, as ros2_control's "
+        50, "pd_tracker_node: SCHED_FIFO priority (1-99) of its process, as ros2_control's "
         "controller manager runs its loop; 0 = normal scheduling. Needs CAP_SYS_NICE or an "
         "rtprio limit; without them the node warns and runs normally", low=0, high=99)
     kp: list = param([600.0, 600.0, 400.0, 100.0, 100.0, 50.0],

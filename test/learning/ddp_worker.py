@@ -33,6 +33,9 @@ def main() -> None:
     if rank == 0:
         save_file({n: p.grad.contiguous() for n, p in model.named_parameters()
                    if p.grad is not None}, out)
+    # Both ranks leave together: a gloo rank tearing down while its peer still does so
+    # hung once in CI (the peer waited out the test's 180 s).
+    dist.barrier()
     dist.destroy_process_group()
 
 
