@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Set up (scripts/setup.sh) and run the main job headless.
-# Today: rgbd_sync_node on a synthetic 30 Hz Kinect stream over ROS 2; it
-# becomes the simulated grasp with the shipped policy once those land.
+# Until a trained policy ships (README "Shipped policy"): rgbd_sync_node on a
+# synthetic 30 Hz Kinect stream over ROS 2. The nodes, dpr bringup and the launch
+# files are all there; the main job becomes `dpr bringup --episodes 5 --seed 5000
+# --out build/demo` with checkpoints/grasp_unet once that checkpoint grasps.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
