@@ -80,12 +80,9 @@ class _EpisodeMedia:
         self.env = env
         self.fk = TcpIk(env.runtime.scene.model)
         self.recording = EpisodeRecording(JOINT_NAMES, env.runtime.time_s, title)
-        self._steps = 0
 
     def after_physics_step(self, runtime) -> None:
-        self._steps += 1
-        if self._steps % 10:  # 50 Hz of the 500 Hz physics is enough for a plot
-            return
+        """Every physics step; the recording keeps 50 Hz of it (``signal_period_s``)."""
         self.recording.add_measured(runtime.time_s, runtime.scene.joint_positions())
         command = runtime.last_command
         if command is not None and command.gripper_opening_m is not None:
