@@ -233,6 +233,12 @@ def build_parser() -> argparse.ArgumentParser:
                      "names")
     rep.set_defaults(func=_replay)
 
+    probe = sub.add_parser("probe", help="held-out first-frame decisions of a checkpoint: "
+                           "chunk error and grasp-head error vs the no-grounding bar",
+                           add_help=False)
+    probe.set_defaults(func=lambda args: _run_main(
+        "diffusion_policy_ros.learning.grounding_probe", args.passthrough), passthrough=[])
+
     expert = sub.add_parser("eval-expert", help="scripted expert success rate and speed",
                             add_help=False)
     expert.set_defaults(func=lambda args: _run_main("diffusion_policy_ros.sim.expert_eval",

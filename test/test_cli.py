@@ -15,6 +15,7 @@ from diffusion_policy_ros.cli import build_parser, main
                                   ["eval", "--ros", "--episodes", "2", "--seed", "5", "--out",
                                    "o"],
                                   ["eval-expert", "--episodes", "2"],
+                                  ["probe", "--checkpoint", "c", "--data", "d", "--train"],
                                   ["replay", "--bag", "b", "--checkpoint", "c", "--report", "r",
                                    "--force"],
                                   ["replay", "--bag", "b", "--publish", "--rate", "2.0",

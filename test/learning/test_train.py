@@ -107,3 +107,16 @@ def test_closed_loop_evaluation_runs_a_checkpoint(tiny_checkpoint, tmp_path):
             assert named != outcomes[0].target
     write_report(tmp_path / "report.json", summary, outcomes)
     assert json.loads((tmp_path / "report.json").read_text())["summary"]["episodes"] == 1
+
+
+def test_probe_reports_first_frame_decisions(demos, tiny, tmp_path):
+    from diffusion_policy_ros.learning.grounding_probe import probe
+
+    config = DiffusionPolicyConfig(**{**tiny, "grasp_aux_weight": 1.0})
+    tc = TrainConfig(steps=2, batch_size=4, warmup_steps=0, val_every=100, checkpoint_every=2,
+                     val_fraction=0.5, num_threads=2)
+    ckpt = train(demos, config, tc, tmp_path / "run", progress=False)
+    report = probe(str(ckpt), str(demos), episodes=5, val_fraction=0.5)
+    assert report["episodes"] == 1 and report["split"] == "held-out"
+    assert all(report[k] >= 0 for k in ("first_chunk_end_rad", "grasp_head_rad",
+                                        "grasp_mean_rad"))
