@@ -9,6 +9,7 @@ Episodes are split into training and validation as a whole, never by frame.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from pathlib import Path
 
@@ -21,6 +22,8 @@ from diffusion_policy_ros.learning.episode_bag import EpisodeRecord, read_episod
 from diffusion_policy_ros.policy.configuration_diffusion import DiffusionPolicyConfig
 from diffusion_policy_ros.policy.features import (
     ACTION,
+    GRASP_APPROACH,
+    GRASP_POSITION,
     GRASP_STATE,
     IMAGE,
     LANGUAGE,
@@ -75,6 +78,30 @@ def grasp_state(episode: EpisodeRecord, closed_fraction: float = 0.5) -> np.ndar
     return episode.joint_positions[i].astype(np.float32)
 
 
+@functools.cache
+def _arm_fk():
+    from diffusion_policy_ros.sim.ik import TcpIk
+    from diffusion_policy_ros.sim.scene import load_model
+
+    return TcpIk(load_model())
+
+
+def tool_positions(joint_states) -> np.ndarray:
+    """E joint states (>= 6 values, arm joints first) -> (E, 3) float32 tool centre points
+    in base_link (m).
+
+    Forward kinematics of the arm model (``sim/assets``, the same kinematics as the
+    robot's URDF): the label of the grounding loss, again only from recorded joints.
+    """
+    fk = _arm_fk()
+    return np.array([fk.forward(q[:6])[0] for q in joint_states], np.float32).reshape(-1, 3)
+
+
+APPROACH_RADIUS_M = 0.05
+"""Frames whose tool is farther than this (x-y) from the grasp position train the
+grounding (``features.GRASP_APPROACH``)."""
+
+
 class EpisodeDataset(torch.utils.data.Dataset):
     """Policy batches (keys of ``policy.features``) from in-memory episodes."""
 
@@ -99,6 +126,11 @@ class EpisodeDataset(torch.utils.data.Dataset):
         self.index += [(e, i) for _ in range(early_frame_repeat - 1)
                        for e, ep in enumerate(episodes) for i in range(min(early_frames, len(ep)))]
         self.grasp_states = [grasp_state(ep) for ep in episodes]
+        self.grasp_positions = tool_positions(self.grasp_states)
+        self.approach = [
+            (np.linalg.norm(tool_positions(ep.joint_positions)[:, :2] - where[:2], axis=1)
+             > APPROACH_RADIUS_M).astype(np.float32)
+            for ep, where in zip(episodes, self.grasp_positions, strict=True)]
 
     def __len__(self) -> int:
         return len(self.index)
@@ -123,6 +155,8 @@ class EpisodeDataset(torch.utils.data.Dataset):
             LANGUAGE: torch.from_numpy(self.embeddings[instruction]),
             ACTION: torch.from_numpy(ep.actions[i].astype(np.float32)),
             GRASP_STATE: torch.from_numpy(self.grasp_states[e]),
+            GRASP_POSITION: torch.from_numpy(self.grasp_positions[e]),
+            GRASP_APPROACH: torch.tensor(self.approach[e][i]),
         }
 
     def normalizer_stats(self) -> dict[str, dict[str, torch.Tensor]]:

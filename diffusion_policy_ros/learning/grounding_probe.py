@@ -68,9 +68,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", required=True, help="the episode bags it was trained on")
     parser.add_argument("--episodes", type=int, default=20)
     parser.add_argument("--train", action="store_true", help="probe training episodes")
+    parser.add_argument("--val-fraction", type=float, default=0.05,
+                        help="the training run's TrainConfig.val_fraction (same split)")
     args = parser.parse_args(argv)
-    print(json.dumps(probe(args.checkpoint, args.data, args.episodes, train=args.train),
-                     indent=2))
+    print(json.dumps(probe(args.checkpoint, args.data, args.episodes,
+                           val_fraction=args.val_fraction, train=args.train), indent=2))
     return 0
 
 

@@ -97,12 +97,26 @@ def _to(batch: dict, device: torch.device) -> dict:
     return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
 
 
+def _all_params(optimizer) -> list[torch.nn.Parameter]:
+    return [p for group in optimizer.param_groups for p in group["params"]]
+
+
+def _param_groups(policy, config: TrainConfig) -> list[dict]:
+    """One group at ``lr``; the grounding module (if any) in its own at ``grounding_lr_scale``."""
+    grounding = getattr(policy, "grounding", None)
+    if grounding is None or config.grounding_lr_scale == 1.0:
+        return [{"params": list(policy.parameters())}]
+    own = {id(p) for p in grounding.parameters()}
+    return [{"params": [p for p in policy.parameters() if id(p) not in own]},
+            {"params": list(grounding.parameters()), "lr": config.lr * config.grounding_lr_scale}]
+
+
 def _save_state(out: Path, step: int, policy, ema: EMAModel, optimizer, schedule) -> None:
     tensors = {f"model.{k}": v.detach().cpu().contiguous()
                for k, v in policy.state_dict().items()}
     for i, p in enumerate(ema.shadow_params):
         tensors[f"ema.{i}"] = p.detach().cpu().contiguous()
-    for i, p in enumerate(optimizer.param_groups[0]["params"]):
+    for i, p in enumerate(_all_params(optimizer)):
         for key, value in optimizer.state.get(p, {}).items():
             tensors[f"adam.{i}.{key}"] = torch.as_tensor(value).detach().cpu().contiguous()
     tensors["rng.torch"] = torch.get_rng_state()
@@ -121,8 +135,7 @@ def _load_state(out: Path, policy, ema: EMAModel, optimizer, schedule) -> int:
     for i, p in enumerate(ema.shadow_params):
         p.data.copy_(tensors[f"ema.{i}"])
     ema.optimization_step = doc["ema_optimization_step"]
-    params = optimizer.param_groups[0]["params"]
-    for i, p in enumerate(params):
+    for i, p in enumerate(_all_params(optimizer)):
         state = {key.split(".", 2)[2]: v.to(p.device) for key, v in tensors.items()
                  if key.startswith(f"adam.{i}.")}
         if state:
@@ -216,7 +229,7 @@ def train(data_dir: str | Path, policy_config: DiffusionPolicyConfig, config: Tr
                   f"{', ...' if len(fresh_names) > 6 else ''})", flush=True)
     policy.normalizer.set_stats(train_set.normalizer_stats())
     policy.to(device).train()
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=config.lr,
+    optimizer = torch.optim.AdamW(_param_groups(policy, config), lr=config.lr,
                                   weight_decay=config.weight_decay)
     schedule = get_cosine_schedule_with_warmup(optimizer, config.warmup_steps, config.steps)
     ema = EMAModel(policy.parameters(), decay=config.ema_decay, use_ema_warmup=True, power=0.75)

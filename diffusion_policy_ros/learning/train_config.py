@@ -50,6 +50,10 @@ class TrainConfig:
     init_from: str = param("", "Warm start: copy the weights of this checkpoint directory "
                            "wherever name and shape match the new model (the rest keep their "
                            "initialisation); the normaliser comes from the data. '' = none")
+    grounding_lr_scale: float = param(
+        1.0, "Learning-rate multiplier of the policy's grounding module (policy/grounding.py):"
+        " its colour-keyed softmax must grow logit gaps of ~10 from near-uniform weights, "
+        "which at the base rate took ~3x more steps", low=0.01, high=100.0)
     max_minutes: float = param(0.0, "Stop (with a checkpoint) after this wall time; 0 = no "
                                "limit. The schedule still spans `steps`", low=0.0, high=1e6)
 

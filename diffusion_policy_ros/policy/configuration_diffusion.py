@@ -70,6 +70,12 @@ class DiffusionPolicyConfig:
     point_use_rgb: bool = param(True, "Feed point colours to the PointNet besides xyz")
     point_language_film: bool = param(False, "FiLM-condition the PointNet's per-point MLP on "
                                       "the instruction embedding (early language grounding)")
+    target_grounding: bool = param(
+        False, "Locate the instructed object in the point cloud by language-keyed attention "
+        "over point colours (policy/grounding.py) and condition the denoiser on its centre "
+        "and shape")
+    grounding_dim: int = param(64, "Key and shape-feature width of the grounding", low=8,
+                               high=512)
     fusion_dim: int = param(128, "Token width of the cross-modal attention", low=8, high=1024)
     fusion_layers: int = param(2, "Cross-modal attention layers", low=1, high=8)
     fusion_heads: int = param(4, "Attention heads in the fusion", low=1, high=16)
@@ -104,6 +110,10 @@ class DiffusionPolicyConfig:
         0.0, "Weight of the auxiliary loss that predicts, from the condition vector, the "
         "joint state at which the demonstration closed its gripper (0 = no such head)",
         low=0.0, high=100.0)
+    target_aux_weight: float = param(
+        0.0, "Weight of the auxiliary loss that pulls the grounding's target centre (x, y) "
+        "to where the demonstration closed its gripper (forward kinematics of that joint "
+        "state); needs target_grounding", low=0.0, high=100.0)
 
     def __post_init__(self) -> None:
         # The YAML loader reads list elements as floats; layer indices are integers.
@@ -153,6 +163,8 @@ class DiffusionPolicyConfig:
             if channels % self.norm_groups:
                 raise ValueError(f"{channels} channels do not split into norm_groups "
                                  f"{self.norm_groups}")
+        if self.target_aux_weight > 0 and not self.target_grounding:
+            raise ValueError("target_aux_weight > 0 needs target_grounding: true")
         kept = self.keep_layers
         if kept and (kept != sorted(set(kept)) or kept[-1] >= self.dit_layers):
             raise ValueError(f"keep_layers {kept} must be ascending distinct indices below "

@@ -21,5 +21,13 @@ Episodes shorter than T are padded with their last action."""
 GRASP_STATE = "grasp_state"
 """(B, D) training only: the joint state at which the episode's gripper closed (the
 target of the auxiliary grasp-pose head, ``grasp_aux_weight``)."""
+GRASP_POSITION = "grasp_position"
+"""(B, 3) training only: the tool centre point in base_link (m) at that joint state, by
+forward kinematics (the target of the grounding's centre, ``target_aux_weight``)."""
+GRASP_APPROACH = "grasp_approach"
+"""(B,) training only: 1.0 while the tool is still away from that grasp position (x-y
+distance above ``dataset.APPROACH_RADIUS_M``), else 0.0. The grounding loss counts only
+these frames: near the grasp the gripper's own points mark the spot, a shortcut that
+says nothing about the words (it left the first frames 11 cm off)."""
 
 OBSERVATION_KEYS = (IMAGE, POINTS_XYZ, POINTS_RGB, STATE, LANGUAGE)

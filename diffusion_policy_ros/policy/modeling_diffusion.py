@@ -6,7 +6,9 @@ chunk (``sample``) from the noisy chunk, the step and the fused observation
 condition; mean squared error in fp32. With ``grasp_aux_weight`` > 0 an
 auxiliary head also predicts, from the condition alone, the joint state at
 which the demonstration closed its gripper (label: ``dataset.grasp_state``),
-weighted into the same loss.
+weighted into the same loss. With ``target_aux_weight`` > 0 the grounding's target
+centre (x, y) of the newest frame is pulled to the tool position at that grasp
+(label: ``dataset.grasp_position``), on frames where the tool is still away from it.
 
 Inference (``predict_action_chunk``): encode the observation once, then run
 DDIM from Gaussian noise for ``num_inference_steps`` denoiser calls and map
@@ -34,6 +36,8 @@ from diffusion_policy_ros.policy.configuration_diffusion import DiffusionPolicyC
 from diffusion_policy_ros.policy.dit import DiffusionTransformer
 from diffusion_policy_ros.policy.features import (
     ACTION,
+    GRASP_APPROACH,
+    GRASP_POSITION,
     GRASP_STATE,
     IMAGE,
     LANGUAGE,
@@ -43,6 +47,7 @@ from diffusion_policy_ros.policy.features import (
     STATE,
 )
 from diffusion_policy_ros.policy.fusion import CrossModalFusion
+from diffusion_policy_ros.policy.grounding import LanguagePointGrounding
 from diffusion_policy_ros.policy.normalizer import MinMaxNormalizer
 from diffusion_policy_ros.policy.pointnet import PointNetEncoder
 from diffusion_policy_ros.policy.proprio import ProprioEncoder
@@ -99,6 +104,15 @@ class DiffusionPolicy(nn.Module):
             image_cells=c.image_token_grid ** 2, point_dim=c.point_feature_dim,
             language_dim=c.language_dim, dim=c.fusion_dim, layers=c.fusion_layers,
             heads=c.fusion_heads, cond_dim=c.cond_dim)
+        # Where the named object is (centre + shape feature of every frame), added to the
+        # condition through a projection that starts at zero.
+        self.grounding = (LanguagePointGrounding(c.language_dim, c.grounding_dim,
+                                                 c.grounding_dim)
+                          if c.target_grounding else None)
+        if self.grounding is not None:
+            self.target_proj = nn.Linear(c.n_obs_steps * self.grounding.out_dim, c.cond_dim)
+            nn.init.zeros_(self.target_proj.weight)
+            nn.init.zeros_(self.target_proj.bias)
         self.denoiser = make_denoiser(c)
         # Auxiliary head (training only): where the demonstration grasped, in joint space.
         # It hands the encoders a direct gradient towards finding the named object, which
@@ -111,10 +125,10 @@ class DiffusionPolicy(nn.Module):
         self.sampling_scheduler = make_sampling_scheduler(c)
 
     def parameter_counts(self) -> dict[str, int]:
-        parts = ("rgb_encoder", "point_encoder", "proprio_encoder", "fusion", "denoiser",
-                 "grasp_head")
+        parts = ("rgb_encoder", "point_encoder", "grounding", "target_proj", "proprio_encoder",
+                 "fusion", "denoiser", "grasp_head")
         counts = {p: sum(w.numel() for w in getattr(self, p).parameters()) for p in parts
-                  if getattr(self, p) is not None}
+                  if getattr(self, p, None) is not None}
         counts["total"] = sum(counts.values())
         return counts
 
@@ -135,6 +149,11 @@ class DiffusionPolicy(nn.Module):
 
     def encode_observation(self, batch: Batch, timer: StageTimer | None = None) -> torch.Tensor:
         """Observation history + instruction embedding -> (B, cond_dim) condition."""
+        return self._encode(batch, timer)[0]
+
+    def _encode(self, batch: Batch,
+                timer: StageTimer | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(condition, (B, To, 3) grounded target centres in normalised coordinates or None)."""
         self.check_observation(batch)
         images = _unit_float(batch[IMAGE])
         b, to = images.shape[:2]
@@ -147,11 +166,20 @@ class DiffusionPolicy(nn.Module):
             point_tokens, centres = self.point_encoder(xyz.flatten(0, 1), rgb, language)
             point_tokens = point_tokens.unflatten(0, (b, to))
             centres = centres.unflatten(0, (b, to))
+        centre = None
+        if self.grounding is not None:
+            with timed(timer, "grounding"):
+                centre, shape, _ = self.grounding(xyz.flatten(0, 1), rgb, language)
+                target = torch.cat([centre, shape], dim=-1).unflatten(0, (b, to))
+                centre = centre.unflatten(0, (b, to))
         with timed(timer, "proprio_encoder"):
             proprio = self.proprio_encoder(self.normalizer.normalize(STATE, batch[STATE].float()))
         with timed(timer, "fusion"):
-            return self.fusion(image_tokens, point_tokens, centres, batch[LANGUAGE].float(),
+            cond = self.fusion(image_tokens, point_tokens, centres, batch[LANGUAGE].float(),
                                proprio)
+            if self.grounding is not None:
+                cond = cond + self.target_proj(target.flatten(1))
+        return cond, centre
 
     def compute_loss(self, batch: Batch, noise: torch.Tensor | None = None,
                      steps: torch.Tensor | None = None) -> torch.Tensor:
@@ -160,7 +188,7 @@ class DiffusionPolicy(nn.Module):
         ``noise`` (B, T, D) and diffusion ``steps`` (B,) are drawn at random unless
         given (tests comparing data-parallel and single-process gradients give them).
         """
-        cond = self.encode_observation(batch)
+        cond, centre = self._encode(batch)
         clean = self.normalizer.normalize(ACTION, batch[ACTION].float())
         if noise is None:
             noise = torch.randn_like(clean)
@@ -175,6 +203,13 @@ class DiffusionPolicy(nn.Module):
             grasp = self.normalizer.normalize(STATE, batch[GRASP_STATE].float())
             loss = loss + self.config.grasp_aux_weight * F.mse_loss(
                 self.grasp_head(cond).float(), grasp)
+        if self.config.target_aux_weight > 0 and GRASP_POSITION in batch:
+            where = self.normalizer.normalize(POINTS_XYZ, batch[GRASP_POSITION].float())
+            error = (centre[:, -1, :2].float() - where[:, :2]).square().mean(dim=1)
+            weight = batch[GRASP_APPROACH].float() if GRASP_APPROACH in batch \
+                else torch.ones_like(error)
+            loss = loss + self.config.target_aux_weight * (error * weight).sum() \
+                / weight.sum().clamp_min(1.0)
         return loss
 
     @torch.no_grad()

@@ -63,3 +63,33 @@ def test_colour_swap_changes_colours_and_the_instruction_together():
         assert blue == ("blue" in text)
         seen.add(blue)
     assert seen == {True, False}
+
+
+def test_grasp_position_is_the_tool_at_the_grasp_state():
+    from diffusion_policy_ros.learning.dataset import EpisodeDataset, tool_positions
+    from diffusion_policy_ros.policy import features as keys
+    from diffusion_policy_ros.policy.configuration_diffusion import DiffusionPolicyConfig
+    from diffusion_policy_ros.sim.ik import TcpIk
+    from diffusion_policy_ros.sim.scene import HOME_ARM_Q_RAD, load_model
+
+    home = np.append(HOME_ARM_Q_RAD, 0.04)
+    expected = TcpIk(load_model()).forward(HOME_ARM_Q_RAD)[0]
+    np.testing.assert_allclose(tool_positions([home])[0], expected, atol=1e-6)
+    assert tool_positions([]).shape == (0, 3)
+    ep = _episode([0.085, 0.085, 0.0])
+    ep.joint_positions[:] = home
+    data = EpisodeDataset([ep], DiffusionPolicyConfig(), {ep.instruction: np.zeros(384)})
+    np.testing.assert_allclose(data[1][keys.GRASP_POSITION].numpy(), expected, atol=1e-6)
+
+
+def test_grounding_loss_counts_only_frames_before_the_tool_reaches_the_grasp():
+    from diffusion_policy_ros.learning.dataset import EpisodeDataset
+    from diffusion_policy_ros.policy import features as keys
+    from diffusion_policy_ros.policy.configuration_diffusion import DiffusionPolicyConfig
+    from diffusion_policy_ros.sim.scene import HOME_ARM_Q_RAD
+
+    ep = _episode([0.085, 0.085, 0.085, 0.0])
+    ep.joint_positions[:] = np.append(HOME_ARM_Q_RAD, 0.04)
+    ep.joint_positions[:2, 0] += 0.5  # joint_1 turned: the tool ~20 cm from the grasp
+    data = EpisodeDataset([ep], DiffusionPolicyConfig(), {ep.instruction: np.zeros(384)})
+    assert [float(data[i][keys.GRASP_APPROACH]) for i in range(4)] == [1.0, 1.0, 0.0, 0.0]

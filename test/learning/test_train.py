@@ -6,7 +6,7 @@ import pytest
 import torch
 from PIL import Image
 
-from diffusion_policy_ros.learning.train import train, warm_start
+from diffusion_policy_ros.learning.train import _param_groups, train, warm_start
 from diffusion_policy_ros.learning.train_config import TrainConfig, load_train_config
 from diffusion_policy_ros.policy.checkpoint import load_checkpoint
 from diffusion_policy_ros.policy.configuration_diffusion import (
@@ -44,9 +44,14 @@ def test_tiny_policy_loss_falls_and_checkpoint_loads(demos, tiny, tmp_path):
 
 
 def test_resume_continues_the_same_run(demos, tiny, tmp_path):
-    config = DiffusionPolicyConfig(**tiny)
+    """With the grounding in its own optimiser group (both groups' moments are saved)."""
+    config = DiffusionPolicyConfig(**tiny, target_grounding=True, grounding_dim=8,
+                                   target_aux_weight=1.0)
     full = TrainConfig(steps=12, batch_size=8, warmup_steps=2, log_every=1, val_every=100,
-                       checkpoint_every=6, val_fraction=0.0, num_threads=2)
+                       checkpoint_every=6, val_fraction=0.0, num_threads=2,
+                       grounding_lr_scale=10.0)
+    groups = _param_groups(DiffusionPolicy(config), full)
+    assert groups[1]["lr"] == 10 * full.lr and len(groups[1]["params"]) == 14
     train(demos, config, full, tmp_path / "a", progress=False)
     half = TrainConfig(**{**full.__dict__, "max_minutes": 1e-9})
     train(demos, config, half, tmp_path / "b", progress=False)
