@@ -6,6 +6,10 @@ the instruction say where to go. For held-out episodes (the training split of
 of the largest joint error (rad):
 
 - ``first_chunk_end``: the chunk's last point against the recorded chunk's;
+- ``first_chunk_end_per_joint``: the same, median per arm joint (the wrist yaw at a
+  grasp is multimodal, so the max over joints hides how well joints 1-3 aim);
+- ``grounded_centre_xy_m`` (checkpoints with ``target_grounding``): the grounding's
+  target centre against the tool position at the demonstration's grasp (x-y, m);
 - ``grasp_head`` (checkpoints with ``grasp_aux_weight``): the auxiliary head's
   grasp state against ``dataset.grasp_state``, beside ``grasp_mean`` = always
   predicting the mean grasp state of (up to 50) training episodes (the no-grounding
@@ -22,9 +26,14 @@ import json
 import numpy as np
 import torch
 
-from diffusion_policy_ros.learning.dataset import episode_dirs, grasp_state, split_episodes
+from diffusion_policy_ros.learning.dataset import (
+    episode_dirs,
+    grasp_state,
+    split_episodes,
+    tool_positions,
+)
 from diffusion_policy_ros.learning.episode_bag import read_episode
-from diffusion_policy_ros.policy.features import STATE
+from diffusion_policy_ros.policy.features import POINTS_XYZ, STATE
 from diffusion_policy_ros.policy.runner import PolicyRunner
 
 
@@ -36,27 +45,34 @@ def probe(checkpoint: str, data: str, episodes: int = 20, val_fraction: float = 
     train_idx, val_idx = split_episodes(len(dirs), val_fraction, split_seed)
     chosen = (train_idx if train else val_idx)[:episodes]
     horizon, dt = policy.config.horizon, policy.config.action_dt_s
-    chunk_err, head_err, truths = [], [], []
+    chunk_err, head_err, truths, centre_err = [], [], [], []
     for e in chosen:
         ep = read_episode(dirs[e], horizon=horizon, dt_s=dt)
         first = dict(image=ep.images[0], points=ep.points[0], point_colors=ep.colors[0],
                      joint_positions=ep.joint_positions[0])
         history = [first] * policy.config.n_obs_steps
         chunk = runner.predict(history, ep.instruction, seed=0)
-        chunk_err.append(np.abs(chunk[-1, :6] - ep.actions[0][-1, :6]).max())
+        chunk_err.append(np.abs(chunk[-1, :6] - ep.actions[0][-1, :6]))
         truth = grasp_state(ep)[:6]
         truths.append(truth)
-        if policy.grasp_head is not None:
-            with torch.no_grad():
-                batch = runner._batch(history, runner.language.embed(ep.instruction))
-                head = policy.grasp_head(policy.encode_observation(batch))
-                pred = policy.normalizer.unnormalize(STATE, head)[0, :6].cpu().numpy()
+        with torch.no_grad():
+            cond, centre = policy._encode(runner._batch(history,
+                                                        runner.language.embed(ep.instruction)))
+            head = policy.grasp_head(cond) if policy.grasp_head is not None else None
+        if head is not None:
+            pred = policy.normalizer.unnormalize(STATE, head)[0, :6].cpu().numpy()
             head_err.append(np.abs(pred - truth).max())
+        if centre is not None:
+            where = policy.normalizer.unnormalize(POINTS_XYZ, centre[0, -1]).cpu().numpy()
+            centre_err.append(np.linalg.norm(where[:2] - tool_positions([truth])[0, :2]))
     mean = np.mean([grasp_state(read_episode(dirs[e], horizon=horizon, dt_s=dt))[:6]
                     for e in train_idx[:max(episodes, 50)]], axis=0)
     out = {"episodes": len(chosen), "split": "train" if train else "held-out",
-           "first_chunk_end_rad": float(np.median(chunk_err)),
+           "first_chunk_end_rad": float(np.median(np.max(chunk_err, axis=1))),
+           "first_chunk_end_per_joint_rad": np.round(np.median(chunk_err, axis=0), 4).tolist(),
            "grasp_mean_rad": float(np.median(np.abs(np.array(truths) - mean).max(axis=1)))}
+    if centre_err:
+        out["grounded_centre_xy_m"] = float(np.median(centre_err))
     if head_err:
         out["grasp_head_rad"] = float(np.median(head_err))
     return out

@@ -29,8 +29,8 @@ from diffusion_policy_ros.policy.language import LanguageEmbedder
 from diffusion_policy_ros.policy.modeling_diffusion import DiffusionPolicy
 from diffusion_policy_ros.policy.runner import PolicyRunner, synthetic_observation
 
-STAGES = ("rgb_encoder", "point_encoder", "proprio_encoder", "language", "fusion",
-          "denoiser_step", "total")
+STAGES = ("rgb_encoder", "point_encoder", "grounding", "proprio_encoder", "language",
+          "fusion", "denoiser_step", "total")
 INSTRUCTION = "pick up the red cube"
 
 
@@ -69,8 +69,9 @@ def benchmark_policy(configs: Mapping[str, DiffusionPolicyConfig] | None = None,
             for i in range(repeats):
                 runner.predict(history, INSTRUCTION, seed=i)
                 for stage in STAGES:
-                    samples[stage] += runner.timer.durations_s[stage]
-            rows += [_row(name, params, n, stage, samples[stage]) for stage in STAGES]
+                    samples[stage] += runner.timer.durations_s.get(stage, [])
+            rows += [_row(name, params, n, stage, samples[stage]) for stage in STAGES
+                     if samples[stage]]
     misses = []
     for i in range(max(3, repeats // 3)):
         t0 = time.perf_counter()
