@@ -65,17 +65,21 @@ def split_episodes(n: int, val_fraction: float, seed: int) -> tuple[list[int], l
     return sorted(order[n_val:].tolist()), sorted(order[:n_val].tolist())
 
 
+def grasp_index(episode: EpisodeRecord, closed_fraction: float = 0.5) -> int:
+    """Frame at which the gripper command first falls below ``closed_fraction`` of its
+    opening at the start (the last frame if it never does)."""
+    command = episode.actions[:, 0, -1]
+    closing = np.flatnonzero(command < closed_fraction * command[0])
+    return int(closing[0]) if closing.size else len(episode) - 1
+
+
 def grasp_state(episode: EpisodeRecord, closed_fraction: float = 0.5) -> np.ndarray:
-    """(D,) float32 joint state when the gripper command first falls below
-    ``closed_fraction`` of its opening at the start (the last state if it never does).
+    """(D,) float32 joint state at ``grasp_index``.
 
     Label of the auxiliary grasp-pose loss; needs only the recorded commands and
     joint states, so real-robot demonstrations have it too.
     """
-    command = episode.actions[:, 0, -1]
-    closing = np.flatnonzero(command < closed_fraction * command[0])
-    i = int(closing[0]) if closing.size else len(episode) - 1
-    return episode.joint_positions[i].astype(np.float32)
+    return episode.joint_positions[grasp_index(episode, closed_fraction)].astype(np.float32)
 
 
 @functools.cache
@@ -126,11 +130,13 @@ class EpisodeDataset(torch.utils.data.Dataset):
         self.index += [(e, i) for _ in range(early_frame_repeat - 1)
                        for e, ep in enumerate(episodes) for i in range(min(early_frames, len(ep)))]
         self.grasp_states = [grasp_state(ep) for ep in episodes]
-        self.grasp_positions = tool_positions(self.grasp_states)
+        tools = [tool_positions(ep.joint_positions) for ep in episodes]
+        self.grasp_positions = [tool[grasp_index(ep)] for ep, tool in zip(episodes, tools,
+                                                                           strict=True)]
         self.approach = [
-            (np.linalg.norm(tool_positions(ep.joint_positions)[:, :2] - where[:2], axis=1)
-             > APPROACH_RADIUS_M).astype(np.float32)
-            for ep, where in zip(episodes, self.grasp_positions, strict=True)]
+            (np.linalg.norm(tool[:, :2] - where[:2], axis=1) > APPROACH_RADIUS_M)
+            .astype(np.float32)
+            for tool, where in zip(tools, self.grasp_positions, strict=True)]
 
     def __len__(self) -> int:
         return len(self.index)

@@ -149,9 +149,9 @@ class DiffusionPolicy(nn.Module):
 
     def encode_observation(self, batch: Batch, timer: StageTimer | None = None) -> torch.Tensor:
         """Observation history + instruction embedding -> (B, cond_dim) condition."""
-        return self._encode(batch, timer)[0]
+        return self.encode_with_target(batch, timer)[0]
 
-    def _encode(self, batch: Batch,
+    def encode_with_target(self, batch: Batch,
                 timer: StageTimer | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(condition, (B, To, 3) grounded target centres in normalised coordinates or None)."""
         self.check_observation(batch)
@@ -188,7 +188,7 @@ class DiffusionPolicy(nn.Module):
         ``noise`` (B, T, D) and diffusion ``steps`` (B,) are drawn at random unless
         given (tests comparing data-parallel and single-process gradients give them).
         """
-        cond, centre = self._encode(batch)
+        cond, centre = self.encode_with_target(batch)
         clean = self.normalizer.normalize(ACTION, batch[ACTION].float())
         if noise is None:
             noise = torch.randn_like(clean)

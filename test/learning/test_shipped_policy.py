@@ -18,6 +18,15 @@ pytestmark = pytest.mark.slow
 OBJECTS = ["red_cube", "green_cube", "blue_cube", "yellow_cylinder", "purple_cylinder"]
 
 
+def test_shipped_checkpoint_is_small_and_loads():
+    from diffusion_policy_ros.policy.checkpoint import load_checkpoint
+    from diffusion_policy_ros.sim.scene import JOINT_NAMES
+
+    assert sum(f.stat().st_size for f in SHIPPED_CHECKPOINT.iterdir()) <= 30 * 2**20
+    policy, meta = load_checkpoint(SHIPPED_CHECKPOINT, joint_names=list(JOINT_NAMES))
+    assert meta["extra"]["final"] and policy.config.target_grounding
+
+
 def _run(mode: str, episodes: int, seed: int):
     return evaluate(SHIPPED_CHECKPOINT, episodes=episodes, seed=seed, instruction_mode=mode,
                     progress=False)[1]
