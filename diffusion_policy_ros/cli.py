@@ -76,13 +76,17 @@ def _train(args: argparse.Namespace) -> int:
     from diffusion_policy_ros.policy.configuration_diffusion import load_policy_config
 
     config = load_train_config(args.train_config) if args.train_config else load_train_config()
+    try:
+        policy_config = load_policy_config(args.config, args.set)
+    except ValueError as exc:
+        print(f"dpr train: {exc}", file=sys.stderr)
+        return 2
     overrides = {k: v for k, v in (("steps", args.steps), ("batch_size", args.batch_size),
                                    ("max_minutes", args.max_minutes), ("device", args.device))
                  if v is not None}
     config = dataclasses.replace(config, **overrides)
     try:
-        path = train(args.data, load_policy_config(args.config), config, args.out,
-                     resume=args.resume)
+        path = train(args.data, policy_config, config, args.out, resume=args.resume)
     except FileExistsError as exc:
         print(f"dpr train: {exc}", file=sys.stderr)
         return 2
@@ -172,6 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "config/policy_unet.yaml")
     train.add_argument("--out", required=True, help="run directory (log, checkpoint)")
     train.add_argument("--train-config", help="optimisation settings (config/train.yaml)")
+    train.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                       help="replace a policy config field (repeatable), e.g. "
+                       "--set tool_relative_target=false")
     train.add_argument("--steps", type=int)
     train.add_argument("--batch-size", type=int)
     train.add_argument("--max-minutes", type=float)

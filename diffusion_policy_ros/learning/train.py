@@ -228,6 +228,11 @@ def train(data_dir: str | Path, policy_config: DiffusionPolicyConfig, config: Tr
                   f"{len(fresh_names)} new ({', '.join(fresh_names[:6])}"
                   f"{', ...' if len(fresh_names) > 6 else ''})", flush=True)
     policy.normalizer.set_stats(train_set.normalizer_stats())
+    if policy.kinematics is not None:
+        from diffusion_policy_ros.sim.ik import tool_chain
+        from diffusion_policy_ros.sim.scene import load_model
+
+        policy.kinematics.set_chain(tool_chain(load_model()))
     policy.to(device).train()
     optimizer = torch.optim.AdamW(_param_groups(policy, config), lr=config.lr,
                                   weight_decay=config.weight_decay)

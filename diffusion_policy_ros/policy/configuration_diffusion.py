@@ -19,6 +19,7 @@ same fields are saved as ``config.json`` in every checkpoint.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
@@ -76,6 +77,12 @@ class DiffusionPolicyConfig:
         "and shape")
     grounding_dim: int = param(64, "Key and shape-feature width of the grounding", low=8,
                                high=512)
+    tool_relative_target: bool = param(
+        False, "Condition also on the tool position (forward kinematics of the measured "
+        "joints) and the grounded target relative to it, as Fourier features "
+        "(policy/tool_target.py); needs target_grounding")
+    tool_target_bands: int = param(6, "Octave frequency bands of those Fourier features",
+                                   low=1, high=12)
     fusion_dim: int = param(128, "Token width of the cross-modal attention", low=8, high=1024)
     fusion_layers: int = param(2, "Cross-modal attention layers", low=1, high=8)
     fusion_heads: int = param(4, "Attention heads in the fusion", low=1, high=16)
@@ -165,6 +172,8 @@ class DiffusionPolicyConfig:
                                  f"{self.norm_groups}")
         if self.target_aux_weight > 0 and not self.target_grounding:
             raise ValueError("target_aux_weight > 0 needs target_grounding: true")
+        if self.tool_relative_target and not self.target_grounding:
+            raise ValueError("tool_relative_target needs target_grounding: true")
         kept = self.keep_layers
         if kept and (kept != sorted(set(kept)) or kept[-1] >= self.dit_layers):
             raise ValueError(f"keep_layers {kept} must be ascending distinct indices below "
@@ -180,10 +189,13 @@ def policy_config_to_dict(config: DiffusionPolicyConfig) -> dict:
     return dataclasses.asdict(config)
 
 
-def load_policy_config(path: str | Path) -> DiffusionPolicyConfig:
+def load_policy_config(path: str | Path,
+                       overrides: Sequence[str] = ()) -> DiffusionPolicyConfig:
     """Load a plain YAML mapping of ``DiffusionPolicyConfig`` fields (unknown keys are errors).
 
     A bare name such as ``policy_dit`` resolves to ``config/policy_dit.yaml``.
+    ``overrides``: ``FIELD=VALUE`` strings (VALUE read as YAML) replacing the file's
+    values, checked like them.
     """
     path = Path(path)
     if not path.suffix and not path.exists():
@@ -192,4 +204,9 @@ def load_policy_config(path: str | Path) -> DiffusionPolicyConfig:
         values = yaml.safe_load(fh) or {}
     if not isinstance(values, dict):
         raise ConfigError(f"{path}: expected a mapping of DiffusionPolicyConfig fields")
+    for item in overrides:
+        field, sep, text = item.partition("=")
+        if not sep or not field.strip():
+            raise ConfigError(f"override {item!r}: expected FIELD=VALUE")
+        values[field.strip()] = yaml.safe_load(text)
     return policy_config_from_dict(values)

@@ -48,6 +48,7 @@ from diffusion_policy_ros.policy.features import (
 )
 from diffusion_policy_ros.policy.fusion import CrossModalFusion
 from diffusion_policy_ros.policy.grounding import LanguagePointGrounding
+from diffusion_policy_ros.policy.kinematics import SerialChainKinematics
 from diffusion_policy_ros.policy.normalizer import MinMaxNormalizer
 from diffusion_policy_ros.policy.pointnet import PointNetEncoder
 from diffusion_policy_ros.policy.proprio import ProprioEncoder
@@ -56,6 +57,7 @@ from diffusion_policy_ros.policy.schedulers import (
     make_training_scheduler,
 )
 from diffusion_policy_ros.policy.timing import StageTimer, timed
+from diffusion_policy_ros.policy.tool_target import ToolTargetEncoder
 from diffusion_policy_ros.policy.unet1d import FilmUnet1d
 from diffusion_policy_ros.policy.vision import RgbEncoder
 
@@ -113,6 +115,12 @@ class DiffusionPolicy(nn.Module):
             self.target_proj = nn.Linear(c.n_obs_steps * self.grounding.out_dim, c.cond_dim)
             nn.init.zeros_(self.target_proj.weight)
             nn.init.zeros_(self.target_proj.bias)
+        # The target relative to the tool; the arm's kinematics are buffers that training
+        # sets from the arm model (``sim.ik.tool_chain``) and checkpoints carry.
+        self.kinematics = (SerialChainKinematics(c.action_dim - 1)
+                           if c.tool_relative_target else None)
+        self.tool_target = (ToolTargetEncoder(c.n_obs_steps, c.cond_dim, c.tool_target_bands)
+                            if c.tool_relative_target else None)
         self.denoiser = make_denoiser(c)
         # Auxiliary head (training only): where the demonstration grasped, in joint space.
         # It hands the encoders a direct gradient towards finding the named object, which
@@ -125,8 +133,8 @@ class DiffusionPolicy(nn.Module):
         self.sampling_scheduler = make_sampling_scheduler(c)
 
     def parameter_counts(self) -> dict[str, int]:
-        parts = ("rgb_encoder", "point_encoder", "grounding", "target_proj", "proprio_encoder",
-                 "fusion", "denoiser", "grasp_head")
+        parts = ("rgb_encoder", "point_encoder", "grounding", "target_proj", "tool_target",
+                 "proprio_encoder", "fusion", "denoiser", "grasp_head")
         counts = {p: sum(w.numel() for w in getattr(self, p).parameters()) for p in parts
                   if getattr(self, p, None) is not None}
         counts["total"] = sum(counts.values())
@@ -179,6 +187,10 @@ class DiffusionPolicy(nn.Module):
                                proprio)
             if self.grounding is not None:
                 cond = cond + self.target_proj(target.flatten(1))
+        if self.tool_target is not None:
+            with timed(timer, "tool_target"):
+                tool = self.normalizer.normalize(POINTS_XYZ, self.kinematics(batch[STATE]))
+                cond = cond + self.tool_target(centre, tool)
         return cond, centre
 
     def compute_loss(self, batch: Batch, noise: torch.Tensor | None = None,

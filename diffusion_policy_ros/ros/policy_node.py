@@ -79,8 +79,8 @@ from diffusion_policy_ros.ros.node_main import run_node
 from diffusion_policy_ros.ros.params import declare_config
 
 #: Runner stages reported on /diagnostics (``PolicyRunner.last_timings_ms`` keys).
-STAGES = ("language", "rgb_encoder", "point_encoder", "proprio_encoder", "fusion",
-          "denoiser_step")
+STAGES = ("language", "rgb_encoder", "point_encoder", "grounding", "tool_target",
+          "proprio_encoder", "fusion", "denoiser_step")
 _SUCCESS, _FAILURE = TransitionCallbackReturn.SUCCESS, TransitionCallbackReturn.FAILURE
 
 

@@ -99,3 +99,58 @@ class TcpIk:
                 dq *= self.max_step_rad / largest
             q = np.clip(q + dq, *self.limits_rad.T)
             it += 1
+
+
+def _body_transform(model: mujoco.MjModel, body: int) -> tuple[np.ndarray, np.ndarray]:
+    rotation = np.empty(9)
+    mujoco.mju_quat2Mat(rotation, model.body_quat[body])
+    return rotation.reshape(3, 3), model.body_pos[body].copy()
+
+
+def _path_transform(model: mujoco.MjModel, body: int,
+                    ancestor: int) -> tuple[np.ndarray, np.ndarray]:
+    """Fixed transform from ``ancestor``'s frame to ``body``'s (its own joints excluded)."""
+    rotation, position = np.eye(3), np.zeros(3)
+    while body != ancestor:
+        r, p = _body_transform(model, body)
+        rotation, position = r @ rotation, r @ position + p
+        body = int(model.body_parentid[body])
+        if body == 0 and ancestor != 0:
+            raise ValueError("the kinematic chain is not a single path from the world")
+    return rotation, position
+
+
+def tool_chain(model: mujoco.MjModel, joint_names=ARM_JOINT_NAMES,
+               site: str = TCP_SITE_NAME) -> dict[str, np.ndarray]:
+    """The serial chain world -> ``joint_names`` (hinges, in order) -> ``site`` as arrays.
+
+    For ``policy.kinematics.SerialChainKinematics``: ``origin_rotation`` (J, 3, 3) and
+    ``origin_position_m`` (J, 3) take the previous joint's body frame (the world for the
+    first) to this joint's body frame; ``joint_position_m`` / ``joint_axis`` (J, 3) place
+    the hinge in that frame; ``tool_rotation`` / ``tool_position_m`` take the last joint's
+    body frame to the site. Same forward kinematics as ``TcpIk.forward``.
+    """
+    rotations, positions, anchors, axes = [], [], [], []
+    parent = 0
+    for name in joint_names:
+        joint = model.joint(name)
+        if joint.type[0] != mujoco.mjtJoint.mjJNT_HINGE:
+            raise ValueError(f"joint '{name}' is not a hinge")
+        body = int(joint.bodyid[0])
+        r, p = _path_transform(model, body, parent)
+        rotations.append(r)
+        positions.append(p)
+        anchors.append(joint.pos.copy())
+        axes.append(joint.axis / np.linalg.norm(joint.axis))
+        parent = body
+    site_id = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_SITE, site)
+    if site_id < 0:
+        raise ValueError(f"the model has no site '{site}'")
+    r, p = _path_transform(model, int(model.site_bodyid[site_id]), parent)
+    site_rotation = np.empty(9)
+    mujoco.mju_quat2Mat(site_rotation, model.site_quat[site_id])
+    tool_rotation = r @ site_rotation.reshape(3, 3)
+    tool_position = r @ model.site_pos[site_id] + p
+    return {"origin_rotation": np.array(rotations), "origin_position_m": np.array(positions),
+            "joint_position_m": np.array(anchors), "joint_axis": np.array(axes),
+            "tool_rotation": tool_rotation, "tool_position_m": tool_position}

@@ -125,3 +125,21 @@ def test_probe_reports_first_frame_decisions(demos, tiny, tmp_path):
     assert report["episodes"] == 1 and report["split"] == "held-out"
     assert all(report[k] >= 0 for k in ("first_chunk_end_rad", "grasp_head_rad",
                                         "grasp_mean_rad"))
+
+
+def test_training_sets_the_arm_kinematics_of_the_tool_relative_target(demos, tiny, tmp_path):
+    """Warm-started from a policy without it, like the shipped policy's second stage."""
+    from diffusion_policy_ros.sim.ik import TcpIk
+    from diffusion_policy_ros.sim.scene import load_model
+
+    grounded = {**tiny, "target_grounding": True, "grounding_dim": 8}
+    tc = TrainConfig(steps=2, batch_size=4, warmup_steps=0, val_every=100, checkpoint_every=2,
+                     val_fraction=0.0, num_threads=2)
+    train(demos, DiffusionPolicyConfig(**grounded), tc, tmp_path / "a", progress=False)
+    config = DiffusionPolicyConfig(**grounded, tool_relative_target=True, tool_target_bands=2)
+    warm = TrainConfig(**{**tc.__dict__, "init_from": str(tmp_path / "a" / "checkpoint")})
+    policy, _ = load_checkpoint(train(demos, config, warm, tmp_path / "b", progress=False))
+    q = torch.tensor([0.3, -1.2, 1.5, -1.8, -1.57, 0.2])
+    expected = TcpIk(load_model()).forward(q.numpy())[0]
+    torch.testing.assert_close(policy.kinematics(q), torch.as_tensor(expected).float(),
+                               atol=1e-5, rtol=0)

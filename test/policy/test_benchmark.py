@@ -4,13 +4,14 @@ from diffusion_policy_ros.policy.benchmark import STAGES, benchmark_policy, form
 
 
 def test_rows_and_table(make_config, language):
-    configs = {"unet": make_config(target_grounding=True, grounding_dim=8),
+    configs = {"unet": make_config(target_grounding=True, grounding_dim=8,
+                                   tool_relative_target=True, tool_target_bands=2),
                "dit": make_config(denoiser="dit")}
     rows = benchmark_policy(configs, steps=(4, 2), repeats=2, language=language)
     timed = [r for r in rows if r["ddim_steps"] is not None]
     assert {(r["policy"], r["ddim_steps"], r["stage"]) for r in timed} == {
         (p, n, s) for p in configs for n in (4, 2) for s in STAGES
-        if s != "grounding" or p == "unet"}  # a stage is listed only where it ran
+        if s not in ("grounding", "tool_target") or p == "unet"}  # listed only where it ran
     steps = {(r["policy"], r["ddim_steps"]): r["samples"] for r in timed
              if r["stage"] == "denoiser_step"}
     assert steps == {("unet", 4): 8, ("unet", 2): 4, ("dit", 4): 8, ("dit", 2): 4}

@@ -57,3 +57,16 @@ def test_keep_layers_from_yaml_are_integers():
     config = policy_config_from_dict({"denoiser": "dit", "keep_layers": [0, 3, 7]})
     assert config.keep_layers == [0, 3, 7] and all(type(i) is int for i in config.keep_layers)
     assert DiffusionPolicyConfig(dit_layers=4).kept_layers == [0, 1, 2, 3]
+
+
+def test_overrides_replace_fields_typed_and_checked():
+    config = load_policy_config("policy_unet", ["tool_relative_target=true", "grounding_dim=32"])
+    assert config.tool_relative_target is True and config.grounding_dim == 32
+    assert load_policy_config("policy_unet").tool_relative_target is False
+    with pytest.raises(ConfigError, match="FIELD=VALUE"):
+        load_policy_config("policy_unet", ["tool_relative_target"])
+    with pytest.raises(ConfigError, match="no_such_field"):
+        load_policy_config("policy_unet", ["no_such_field=1"])
+    with pytest.raises(ValueError, match="needs target_grounding"):
+        load_policy_config("policy_unet", ["target_grounding=false", "target_aux_weight=0",
+                                           "tool_relative_target=true"]).validate()
