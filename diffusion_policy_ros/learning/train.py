@@ -229,10 +229,9 @@ def train(data_dir: str | Path, policy_config: DiffusionPolicyConfig, config: Tr
                   f"{', ...' if len(fresh_names) > 6 else ''})", flush=True)
     policy.normalizer.set_stats(train_set.normalizer_stats())
     if policy.kinematics is not None:
-        from diffusion_policy_ros.sim.ik import tool_chain
-        from diffusion_policy_ros.sim.scene import load_model
+        from diffusion_policy_ros.sim.ik import arm_tool_chain
 
-        policy.kinematics.set_chain(tool_chain(load_model()))
+        policy.kinematics.set_chain(arm_tool_chain())
     policy.to(device).train()
     optimizer = torch.optim.AdamW(_param_groups(policy, config), lr=config.lr,
                                   weight_decay=config.weight_decay)

@@ -30,8 +30,7 @@ from diffusion_policy_ros.policy.modeling_diffusion import DiffusionPolicy
 from diffusion_policy_ros.policy.runner import PolicyRunner, synthetic_observation
 
 STAGES = ("rgb_encoder", "point_encoder", "grounding", "tool_target", "proprio_encoder",
-          "language",
-          "fusion", "denoiser_step", "total")
+          "language", "fusion", "denoiser_step", "total")
 INSTRUCTION = "pick up the red cube"
 
 
@@ -60,10 +59,9 @@ def benchmark_policy(configs: Mapping[str, DiffusionPolicyConfig] | None = None,
         torch.manual_seed(seed)
         policy = DiffusionPolicy(config)
         if policy.kinematics is not None:
-            from diffusion_policy_ros.sim.ik import tool_chain
-            from diffusion_policy_ros.sim.scene import load_model
+            from diffusion_policy_ros.sim.ik import arm_tool_chain
 
-            policy.kinematics.set_chain(tool_chain(load_model()))
+            policy.kinematics.set_chain(arm_tool_chain())
         params = policy.parameter_counts()["total"]
         runner = PolicyRunner(policy, device=device, precision=precision, language=language,
                               num_threads=num_threads)

@@ -17,7 +17,7 @@ import dataclasses
 import mujoco
 import numpy as np
 
-from diffusion_policy_ros.sim.scene import ARM_JOINT_NAMES, TCP_SITE_NAME
+from diffusion_policy_ros.sim.scene import ARM_JOINT_NAMES, TCP_SITE_NAME, load_model
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,3 +154,8 @@ def tool_chain(model: mujoco.MjModel, joint_names=ARM_JOINT_NAMES,
     return {"origin_rotation": np.array(rotations), "origin_position_m": np.array(positions),
             "joint_position_m": np.array(anchors), "joint_axis": np.array(axes),
             "tool_rotation": tool_rotation, "tool_position_m": tool_position}
+
+
+def arm_tool_chain() -> dict[str, np.ndarray]:
+    """``tool_chain`` of the shipped arm model (``sim/assets``): what a policy trains with."""
+    return tool_chain(load_model())
