@@ -118,7 +118,8 @@ def _eval(args: argparse.Namespace) -> int:
 
     summary, outcomes = evaluate(args.checkpoint, args.episodes, args.seed,
                                  args.instructions, args.device, args.steps,
-                                 media_dir=args.out, fresh_noise=args.fresh_noise)
+                                 media_dir=args.out, fresh_noise=args.fresh_noise,
+                                 num_samples=args.samples)
     print(json.dumps(summary, indent=2))
     if args.report:
         write_report(args.report, summary, outcomes)
@@ -197,6 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "switch: that one first, the episode's own after 1 s")
     evaluation.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda", "npu"])
     evaluation.add_argument("--steps", type=int, help="DDIM steps (default: the checkpoint's)")
+    evaluation.add_argument("--samples", type=int, help="chunks sampled per observation, "
+                            "medoid executed (default: the checkpoint's num_samples)")
     evaluation.add_argument("--report", help="write the per-episode JSON report here")
     evaluation.add_argument("--out", help="write per-episode GIF (camera view + predicted "
                             "end-effector path) and PNG plot (references vs measured joints, "

@@ -172,6 +172,12 @@ class EpisodeDataset(torch.utils.data.Dataset):
                 [getattr(ep, attr).reshape(-1, dim) for ep in self.episodes]).astype(np.float32))
 
         d = self.config.action_dim
-        return {ACTION: min_max_stats(cat("actions", d)),
+        actions = cat("actions", d)
+        if self.config.relative_actions:  # offsets from the state at each chunk's frame
+            states = torch.from_numpy(np.concatenate(
+                [np.repeat(ep.joint_positions, ep.actions.shape[1], axis=0)
+                 for ep in self.episodes]).astype(np.float32))
+            actions = actions - states
+        return {ACTION: min_max_stats(actions),
                 STATE: min_max_stats(cat("joint_positions", d)),
                 POINTS_XYZ: min_max_stats(cat("points", 3))}

@@ -178,13 +178,14 @@ def evaluate(checkpoint: str | Path, episodes: int = 100, seed: int = 0,
              num_inference_steps: int | None = None, num_threads: int | None = 1,
              progress: bool = True,
              media_dir: str | Path | None = None,
-             fresh_noise: bool = False) -> tuple[dict, list[EpisodeOutcome]]:
+             fresh_noise: bool = False,
+             num_samples: int | None = None) -> tuple[dict, list[EpisodeOutcome]]:
     """Closed-loop episodes with seeds ``seed .. seed + episodes - 1``."""
     if instruction_mode not in INSTRUCTION_MODES:
         raise ValueError(f"instruction_mode must be one of {INSTRUCTION_MODES}")
     runner = PolicyRunner.from_checkpoint(checkpoint, joint_names=list(JOINT_NAMES),
                                           device=device, num_inference_steps=num_inference_steps,
-                                          num_threads=num_threads)
+                                          num_samples=num_samples, num_threads=num_threads)
     config = dataclasses.replace(load_sim_config(), render_observations=True,
                                  chunk_horizon=runner.config.horizon,
                                  chunk_dt_s=runner.config.action_dt_s)

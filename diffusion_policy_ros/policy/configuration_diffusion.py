@@ -113,6 +113,14 @@ class DiffusionPolicyConfig:
     clip_sample_range: float = param(1.0, "Clip bound of the normalised action", low=0.1,
                                      high=100.0)
     num_inference_steps: int = param(10, "DDIM steps per chunk by default", low=1, high=10000)
+    num_samples: int = param(
+        1, "Chunks sampled per observation by default (one batch of as many noises); the "
+        "medoid is returned (policy/modeling_diffusion.py: it drops the sampler's "
+        "outlier draws)", low=1, high=64)
+    relative_actions: bool = param(
+        False, "Predict the chunk as offsets from the newest measured joint state (the "
+        "normaliser's action range is then that of the offsets) instead of absolute "
+        "joint positions")
     grasp_aux_weight: float = param(
         0.0, "Weight of the auxiliary loss that predicts, from the condition vector, the "
         "joint state at which the demonstration closed its gripper (0 = no such head)",

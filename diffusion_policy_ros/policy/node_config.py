@@ -29,6 +29,9 @@ class PolicyNodeConfig:
                            choices=PRECISION_CHOICES)
     num_inference_steps: int = param(
         0, "DDIM steps per chunk; 0 = the checkpoint's num_inference_steps", low=0, high=1000)
+    num_samples: int = param(
+        0, "Chunks sampled per observation, medoid returned; 0 = the checkpoint's "
+        "num_samples", low=0, high=64)
     num_threads: int = param(
         1, "torch intra-op threads for the process; 0 = leave torch's default. Measured: one "
         "thread degrades gracefully when the 500 Hz tracker shares the CPU, two stall",

@@ -64,7 +64,8 @@ class PolicyRunner:
 
     def __init__(self, policy: DiffusionPolicy, *, device: str = "auto",
                  precision: str = "fp32", language: LanguageEmbedder | None = None,
-                 num_inference_steps: int | None = None, num_threads: int | None = None):
+                 num_inference_steps: int | None = None, num_samples: int | None = None,
+                 num_threads: int | None = None):
         self.device = resolve_device(device)
         self.precision = precision
         autocast_context(self.device, precision)  # fails now, not on the first chunk
@@ -77,6 +78,7 @@ class PolicyRunner:
             raise ValueError(f"policy was trained with {self.config.language_model!r} "
                              f"embeddings, the embedder gives {self.language.model_name!r}")
         self.num_inference_steps = num_inference_steps or self.config.num_inference_steps
+        self.num_samples = num_samples or self.config.num_samples
         self.timer = StageTimer(device_synchronizer(self.device))
 
     @classmethod
@@ -128,7 +130,8 @@ class PolicyRunner:
             batch = self._batch(observations, embedding)
             with torch.inference_mode(), autocast_context(self.device, self.precision):
                 chunk = self.policy.predict_action_chunk(batch, self.num_inference_steps,
-                                                         generator, self.timer)
+                                                         generator, self.timer,
+                                                         self.num_samples)
             return chunk[0].float().cpu().numpy().astype(np.float64)
 
     @property

@@ -180,6 +180,7 @@ class PolicyNode(LifecycleNode):
             runner = PolicyRunner.from_checkpoint(
                 cfg.checkpoint, joint_names=self.joint_names, device=cfg.device,
                 precision=cfg.precision, num_inference_steps=cfg.num_inference_steps or None,
+                num_samples=cfg.num_samples or None,
                 num_threads=cfg.num_threads or None)
         except (CheckpointError, DeviceUnavailableError) as exc:
             return self._fail(f"{type(exc).__name__}: {exc}")
@@ -477,6 +478,7 @@ class PolicyNode(LifecycleNode):
             "device": str(runner.device) if runner else cfg.device,
             "precision": cfg.precision,
             "num_inference_steps": str(runner.num_inference_steps) if runner else "",
+            "num_samples": str(runner.num_samples) if runner else "",
             "rate_hz_target": f"{cfg.rate_hz:g}",
             "chunk_rate_hz": f"{rate:.2f}",
             "chunks_total": str(self.chunk_rate.total),

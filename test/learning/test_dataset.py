@@ -93,3 +93,20 @@ def test_grounding_loss_counts_only_frames_before_the_tool_reaches_the_grasp():
     ep.joint_positions[:2, 0] += 0.5  # joint_1 turned: the tool ~20 cm from the grasp
     data = EpisodeDataset([ep], DiffusionPolicyConfig(), {ep.instruction: np.zeros(384)})
     assert [float(data[i][keys.GRASP_APPROACH]) for i in range(4)] == [1.0, 1.0, 0.0, 0.0]
+
+
+def test_relative_actions_normalise_offsets_from_the_state_of_each_frame():
+    from diffusion_policy_ros.learning.dataset import EpisodeDataset
+    from diffusion_policy_ros.policy.configuration_diffusion import DiffusionPolicyConfig
+    from diffusion_policy_ros.policy.features import ACTION
+
+    episode = _episode([0.085] * 5)
+    episode.actions[:] = episode.joint_positions[:, None, :] + np.linspace(0, 0.3, 16)[:, None]
+    embeddings = {"pick up the red cube": np.zeros(384)}
+    absolute = EpisodeDataset([episode], DiffusionPolicyConfig(), embeddings).normalizer_stats()
+    relative = EpisodeDataset([episode], DiffusionPolicyConfig(relative_actions=True),
+                              embeddings).normalizer_stats()
+    np.testing.assert_allclose(absolute[ACTION]["min"], 0.0, atol=1e-6)
+    np.testing.assert_allclose(absolute[ACTION]["max"], 4.3, atol=1e-6)  # state 4 + 0.3
+    np.testing.assert_allclose(relative[ACTION]["min"], 0.0, atol=1e-6)
+    np.testing.assert_allclose(relative[ACTION]["max"], 0.3, atol=1e-6)
