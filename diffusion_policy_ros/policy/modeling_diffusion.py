@@ -276,8 +276,8 @@ class DiffusionPolicy(nn.Module):
 
     def action_offsets(self, batch: Batch, actions: torch.Tensor) -> torch.Tensor:
         """What the denoiser models: ``actions`` (B, T, D), minus the newest measured joint
-        state with ``relative_actions`` (the chunk's first point is then ~0, and the
-        normalised resolution is that of the motion, not of the whole joint range)."""
+        state with ``relative_actions`` (the chunk's first point is then 0; the offsets'
+        range over a 1.6 s chunk is about that of the positions, measured)."""
         actions = actions.float()
         if self.config.relative_actions:
             actions = actions - batch[STATE][:, -1:, :].float()
