@@ -57,12 +57,13 @@ def _bringup(args: argparse.Namespace) -> int:
 
 def _collect(args: argparse.Namespace) -> int:
     from diffusion_policy_ros.learning.collect import collect
+    from diffusion_policy_ros.sim.pushes import PushConfig
     from diffusion_policy_ros.sim.sim_config import load_sim_config
 
     config = load_sim_config(args.config) if args.config else None
     try:
         report = collect(args.episodes, args.out, seed=args.seed, raw_camera=args.raw_camera,
-                         config=config)
+                         config=config, pushes=PushConfig() if args.pushes else None)
     except FileExistsError as exc:
         print(f"dpr collect: {exc}", file=sys.stderr)
         return 2
@@ -167,6 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
     collect.add_argument("--seed", type=int, default=0, help="seed of the first episode")
     collect.add_argument("--raw-camera", action="store_true",
                          help="also record the Kinect topics behind each observation")
+    collect.add_argument("--pushes", action="store_true",
+                         help="push the arm at random during the approach (DART-style "
+                         "recoveries, sim/pushes.py)")
     collect.add_argument("--config", help="sim params file (default config/sim.yaml)")
     collect.set_defaults(func=_collect)
 

@@ -13,6 +13,10 @@ Successful episodes go to ``OUT/episode_SSSSSS``; failed ones to
 An episode is written under ``OUT/.partial/`` and moved into place when
 complete, so an interrupted run never leaves a half episode among the data,
 and an existing episode is never overwritten (the writer refuses).
+
+With ``pushes`` the arm is pushed at random while the expert approaches
+(``sim.pushes``, DART-style): the chunks recorded are still the commands, now
+also corrections from off-path states; the outcome counts the pushes.
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ from tqdm import tqdm
 
 from diffusion_policy_ros.learning.episode_bag import JOINT_NAMES, EpisodeBagWriter
 from diffusion_policy_ros.sim.env import GraspEnv
-from diffusion_policy_ros.sim.expert import ExpertConfig, ScriptedExpert
+from diffusion_policy_ros.sim.expert import ExpertConfig, Phase, ScriptedExpert
+from diffusion_policy_ros.sim.pushes import ArmPushes, PushConfig
 from diffusion_policy_ros.sim.sim_config import SimConfig, load_sim_config
 
 FAILED_DIR = "failed"
@@ -64,11 +69,19 @@ class CollectionReport:
                 f"disk {self.bytes_on_disk / 1e6:.1f} MB, {per_episode_mb:.2f} MB per episode")
 
 
+_PUSHED_PHASES = (Phase.PRE_GRASP, Phase.DESCEND)
+_PUSH_STREAM = 3  # random stream of the pushes, apart from the layout's and the task's
+
+
 def record_episode(env: GraspEnv, expert: ScriptedExpert, seed: int, path: Path,
-                   raw_camera: bool) -> tuple[bool, float]:
+                   raw_camera: bool, pushes: PushConfig | None = None) -> tuple[bool, float]:
     """Run and record one episode; returns (success, episode sim time s)."""
     obs, info = env.reset(seed)
     expert.reset(info["task"].target)
+    push = None
+    if pushes is not None:
+        push = ArmPushes(pushes, env.runtime.tracker_config.kp, seed=[_PUSH_STREAM, seed],
+                         start_s=obs["stamp_s"])
     with EpisodeBagWriter(path, raw_camera=raw_camera) as bag:
         bag.instruction(_ns(obs["stamp_s"]), obs["instruction"])
 
@@ -76,6 +89,8 @@ def record_episode(env: GraspEnv, expert: ScriptedExpert, seed: int, path: Path,
             scene = runtime.scene
             bag.joint_state(_ns(runtime.time_s), scene.joint_positions(),
                             scene.joint_velocities(), scene.joint_efforts())
+            if push is not None:
+                scene.push_arm(push.torque_nm(runtime.time_s, expert.phase in _PUSHED_PHASES))
 
         env.after_physics_step = record_joint_state
         record_joint_state(env.runtime)
@@ -95,6 +110,8 @@ def record_episode(env: GraspEnv, expert: ScriptedExpert, seed: int, path: Path,
         outcome = {"seed": seed, "target": state.target, "instruction": state.instruction,
                    "success": state.success, "wrong_object": state.wrong_object,
                    "timed_out": state.timed_out, "episode_time_s": state.elapsed_s}
+        if push is not None:
+            outcome |= {"pushes": push.count, "max_push_nm": push.max_peak_nm.round(2).tolist()}
         bag.outcome(_ns(env.runtime.time_s), outcome)
     return state.success, state.elapsed_s
 
@@ -104,8 +121,10 @@ def _size(path: Path) -> int:
 
 
 def collect(episodes: int, out: str | Path, seed: int = 0, raw_camera: bool = False,
-            config: SimConfig | None = None, progress: bool = True) -> CollectionReport:
-    """Record ``episodes`` expert episodes with seeds ``seed, seed + 1, ...`` into ``out``."""
+            config: SimConfig | None = None, progress: bool = True,
+            pushes: PushConfig | None = None) -> CollectionReport:
+    """Record ``episodes`` expert episodes with seeds ``seed, seed + 1, ...`` into ``out``
+    (``pushes``: push the arm during the approach, see the module docstring)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     config = dataclasses.replace(config or load_sim_config(), render_observations=True)
@@ -126,7 +145,7 @@ def collect(episodes: int, out: str | Path, seed: int = 0, raw_camera: bool = Fa
             if tmp.exists():
                 shutil.rmtree(tmp)  # left by an interrupted run; never a finished episode
             tmp.parent.mkdir(exist_ok=True)
-            ok, episode_s = record_episode(env, expert, s, tmp, raw_camera)
+            ok, episode_s = record_episode(env, expert, s, tmp, raw_camera, pushes)
             final = out / episode_name(s) if ok else out / FAILED_DIR / episode_name(s)
             final.parent.mkdir(exist_ok=True)
             tmp.rename(final)
@@ -141,5 +160,7 @@ def collect(episodes: int, out: str | Path, seed: int = 0, raw_camera: bool = Fa
                               time.perf_counter() - t0, written)
     (out / f"collection_{seed:06d}.json").write_text(json.dumps(
         dataclasses.asdict(report) | {"realtime_factor": report.realtime_factor,
-                                      "raw_camera": raw_camera, "first_seed": seed}, indent=2))
+                                      "raw_camera": raw_camera, "first_seed": seed,
+                                      "pushes": dataclasses.asdict(pushes) if pushes else None},
+        indent=2))
     return report

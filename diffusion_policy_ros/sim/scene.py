@@ -243,6 +243,14 @@ class ArmScene:
         d.ctrl[self._grip_act] = np.clip(gripper_opening_m, *self.gripper_range_m)
         mujoco.mj_step(self.model, d, nstep=n_steps)
 
+    def push_arm(self, torque_nm) -> None:
+        """External joint torques (N m) from now on (``qfrc_applied``; 0 at ``reset``):
+        a disturbance the tracker does not know of, as from a person pushing the arm."""
+        torque = np.asarray(torque_nm, dtype=np.float64).reshape(-1)
+        if torque.shape != (6,) or not np.all(np.isfinite(torque)):
+            raise ValueError(f"expected 6 finite torques, got {torque}")
+        self.data.qfrc_applied[self._arm_dof] = torque
+
     # -- state --------------------------------------------------------------------------
     def joint_positions(self) -> np.ndarray:
         """(7,) ``joint_1``..``joint_6`` (rad) and the gripper opening (m)."""

@@ -3,8 +3,15 @@
 import numpy as np
 import pytest
 
-from diffusion_policy_ros.learning.collect import collect, episode_name
+from diffusion_policy_ros.learning.collect import FAILED_DIR, collect, episode_name
 from diffusion_policy_ros.learning.episode_bag import read_episode
+from diffusion_policy_ros.sim.pushes import PushConfig
+
+
+def _tracking_error_rad(ep) -> float:
+    """Largest gap between a measured arm state and where the chunk one control
+    period earlier put it (its row 1)."""
+    return float(np.abs(ep.joint_positions[1:, :6] - ep.actions[:-1, 1, :6]).max())
 
 
 @pytest.fixture(scope="module")
@@ -60,3 +67,15 @@ def test_recorded_episodes_are_never_overwritten(collected):
     out, _ = collected
     with pytest.raises(FileExistsError, match="never overwritten"):
         collect(1, out, seed=4, progress=False)
+
+
+def test_pushed_episodes_record_the_experts_corrections(collected, tmp_path):
+    out, _ = collected
+    report = collect(1, tmp_path, seed=3, progress=False,
+                     pushes=PushConfig(gap_s=(0.2, 0.2), max_pushes=2))
+    ep = read_episode(tmp_path / (FAILED_DIR if report.failed_seeds else "") / episode_name(3))
+    assert ep.outcome["pushes"] >= 1 and max(ep.outcome["max_push_nm"]) > 0
+    # Still the commands, replanned from the measured (now displaced) state.
+    np.testing.assert_allclose(ep.actions[:, 0, :6], ep.joint_positions[:, :6], atol=1e-6)
+    clean = read_episode(out / episode_name(3))
+    assert _tracking_error_rad(ep) > 0.02 > _tracking_error_rad(clean)
