@@ -1,7 +1,7 @@
 """The shipped policy (checkpoints/grasp_unet) grasps what it is told, closed loop in MuJoCo.
 
 In-process ``dpr eval`` (the same perception, policy and tracker code as the nodes)
-on held-out seeds (the demonstrations used 1000-2199). The policy succeeds in 72 of
+on held-out seeds (the demonstrations used 1000-2199). The policy succeeds in 80 of
 the 100 episodes 5000-5099 (README "Shipped policy"; medoid of 8 sampled chunks), so
 these tests pin seeds where the 100-episode evaluations saw the behaviour; an episode
 is deterministic for its seed (layout, instruction, sampling noise), but CPUs may
