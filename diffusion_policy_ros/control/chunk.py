@@ -48,6 +48,7 @@ class RejectReason(enum.Enum):
     NOT_NEWER = "not_newer"
     NO_FUTURE_POINTS = "no_future_points"
     STATE_UNAVAILABLE = "state_unavailable"
+    BEFORE_PATH_ABORT = "before_path_abort"
 
 
 class ChunkRejected(Exception):

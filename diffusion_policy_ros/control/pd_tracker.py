@@ -19,6 +19,11 @@ Modes:
   than ``resume_resync_tolerance`` from it), never from an old chunk's plan.
 * ``tracking``: the reference follows the timeline's target through the
   ``ReferenceLimiter``.
+* path abort: a joint farther than ``path_tolerance`` from the reference (the
+  arm blocked or pushed hard, or put elsewhere by a simulator reset) drops the
+  plan and restarts arm and gripper references at the measured state, holding;
+  without it a reset arm would be pulled back to where the last episode ended.
+  Chunks conditioned on observations from before the abort are rejected.
 * ``fault`` (no joint state, NaN/inf in it, or older than ``state_timeout_s``):
   zero effort is commanded once, then nothing, and chunks are rejected; when
   fresh states return, the reference restarts at the measured state, holding.
@@ -31,7 +36,7 @@ import enum
 import math
 from collections.abc import Sequence
 
-from diffusion_policy_ros.control.chunk import ActionChunk, ChunkRejected
+from diffusion_policy_ros.control.chunk import ActionChunk, ChunkRejected, RejectReason
 from diffusion_policy_ros.control.limits import GripperRateLimiter, ReferenceLimiter
 from diffusion_policy_ros.control.pd import pd_effort
 from diffusion_policy_ros.control.timeline import (
@@ -104,6 +109,8 @@ class PdTracker:
         self.faults = 0
         self.holds = 0
         self.resyncs = 0
+        self.path_aborts = 0
+        self._path_abort_s = -math.inf
         self.effort_saturated_ticks = 0
         self.reference_limited_ticks = 0
 
@@ -114,6 +121,11 @@ class PdTracker:
         tl = self.timeline
         ready = self.mode is not TrackerMode.FAULT and self._last_tick_s is not None
         try:
+            if chunk.stamp_s <= self._path_abort_s:
+                raise ChunkRejected(RejectReason.BEFORE_PATH_ABORT,
+                                    f"observation stamp {chunk.stamp_s:.6f} precedes the path "
+                                    f"abort at {self._path_abort_s:.6f}: planned from a state "
+                                    "the arm has left")
             valid = tl.check(chunk, now_s, ready)
         except ChunkRejected as err:
             return tl.reject(err)
@@ -159,6 +171,16 @@ class PdTracker:
         self._qd = qd = _floats(qd)
         if self.gripper.opening is None and gripper_opening_m is not None:
             self.gripper.reset(gripper_opening_m)
+        tol = self.config.path_tolerance
+        if tol > 0.0 and any(abs(a - b) > tol for a, b in zip(q, lim.position, strict=True)):
+            self.timeline.clear()
+            self.limiter.reset(q, qd)
+            if gripper_opening_m is not None:
+                self.gripper.reset(gripper_opening_m)
+            self.mode = TrackerMode.HOLDING
+            self.path_aborts += 1
+            self._path_abort_s = now_s
+            dt = 0.0
         if (self.mode is TrackerMode.TRACKING
                 and now_s - self.timeline.last_arrival_s > self.config.chunk_timeout_s):
             self.mode = TrackerMode.HOLDING
@@ -245,6 +267,7 @@ class PdTracker:
             "faults": self.faults,
             "holds": self.holds,
             "resyncs": self.resyncs,
+            "path_aborts": self.path_aborts,
             "effort_saturated_ticks": self.effort_saturated_ticks,
             "reference_limited_ticks": self.reference_limited_ticks,
             "blend_depth": tl.active.depth if tl.active is not None else 0,

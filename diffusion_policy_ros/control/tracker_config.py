@@ -95,6 +95,11 @@ class PdTrackerConfig:
         0.1, "On resuming after a hold, a joint farther than this from the held reference "
         "(pushed, blocked, sagging) restarts the reference at the measured state (rad)",
         low=0.0, high=10.0)
+    path_tolerance: float = param(
+        0.3, "A joint farther than this from its reference while tracking or holding "
+        "(blocked, pushed hard, or put elsewhere by a simulator reset): drop the plan and "
+        "restart arm and gripper references at the measured state, holding, as a trajectory "
+        "controller aborts on its path tolerance (rad; 0 = off)", low=0.0, high=10.0)
 
     @property
     def num_joints(self) -> int:

@@ -118,19 +118,21 @@ def test_resume_after_hold_starts_from_the_held_reference_not_the_old_chunk(
 
 
 def test_resume_resyncs_to_the_measured_arm_when_it_was_pushed(sim_factory, chunk):
-    sim = sim_factory()
+    sim = sim_factory(PdTrackerConfig(path_tolerance=0.3))
     sim.tick()
     assert sim.submit(chunk(sim.now, lambda t: 0.2)).accepted
     sim.run(1.0)  # reaches 0.2, then times out and holds
     assert sim.log[-1][1].mode is TrackerMode.HOLDING
     sim.ideal_plant = False
-    sim.q = [0.2, 0.2, 0.2, 0.2, 0.2, -0.4]  # someone pushed joint_6 by 0.6 rad
+    # Someone pushed joint_6 by 0.2 rad: past resume_resync_tolerance, within path_tolerance.
+    sim.q = [0.2, 0.2, 0.2, 0.2, 0.2, 0.0]
     sim.tick()
     d = sim.submit(chunk(sim.now, lambda t: 0.2))
     assert d.accepted
     cmd = sim.tick()
-    assert cmd.q_ref[5] == pytest.approx(-0.4, abs=1e-3)
+    assert cmd.q_ref[5] == pytest.approx(0.0, abs=1e-3)
     assert sim.tracker.diagnostics()["resyncs"] == 1
+    assert sim.tracker.diagnostics()["path_aborts"] == 0
 
 
 def test_stale_joint_states_fault_zero_effort_once_and_recover(sim_factory, chunk):
@@ -202,8 +204,10 @@ def test_repeated_tick_time_does_not_integrate(sim_factory, chunk):
 
 
 def test_effort_is_pd_of_reference_and_saturates():
+    # path_tolerance off: joint_5 sits 1 rad off its reference to saturate the effort.
     config = PdTrackerConfig(kp=[100.0] * 6, kd=[10.0] * 6,
-                             effort_limits=[150.0, 150.0, 150.0, 28.0, 28.0, 28.0])
+                             effort_limits=[150.0, 150.0, 150.0, 28.0, 28.0, 28.0],
+                             path_tolerance=0.0)
     tracker = PdTracker(config)
     q = [0.0, 0.1, -0.1, 0.0, 1.0, 0.0]
     tracker.tick(0.0, [0.0] * 6, [0.0] * 6, 0.0)  # reference at 0
@@ -322,3 +326,44 @@ def test_nested_fades_stay_shallow(sim_factory, chunk, strategy):
         sim.tick()
         depths.append(sim.tracker.diagnostics()["blend_depth"])
     assert max(depths) <= 1 + math.ceil(0.3 / 0.1) + 1
+
+
+def test_an_arm_far_from_its_reference_drops_the_plan_and_is_held_where_it_is(sim_factory,
+                                                                               chunk):
+    """A simulator reset (or a hard push) puts the arm 0.5 rad from its reference: as a
+    trajectory controller past its path tolerance, the tracker drops the plan and
+    re-anchors arm and gripper at the measured state instead of pulling the arm back
+    to where the last plan left it and closing the gripper it had closed."""
+    sim = sim_factory(PdTrackerConfig(path_tolerance=0.3), q0=[0.0] * 6)
+    sim.run(0.1)
+    sim.run(0.3, [(sim.now, chunk(sim.now, lambda t: 0.2, gripper=0.0))])
+    assert sim.tracker.mode is TrackerMode.TRACKING
+    assert sim.tracker.diagnostics()["path_aborts"] == 0  # ordinary tracking never trips it
+    sim.q, sim.qd, sim.gripper0 = [-0.3] * 6, [0.0] * 6, 0.085  # teleported, gripper open
+    cmd = sim.tick()
+    assert cmd.mode is TrackerMode.HOLDING and sim.tracker.diagnostics()["path_aborts"] == 1
+    np.testing.assert_allclose(cmd.q_ref, [-0.3] * 6)
+    assert cmd.gripper_opening_m == pytest.approx(0.085)
+    # A chunk planned from an observation before the abort (in flight) is not executed.
+    late = sim.submit(chunk(sim.now - 0.05, lambda t: 0.2, gripper=0.0))
+    assert not late.accepted and late.reason is RejectReason.BEFORE_PATH_ABORT
+    sim.run(0.5)
+    _, q, _ = refs(sim, since=sim.now - 0.4)
+    np.testing.assert_allclose(q, -0.3, atol=1e-9)
+    assert sim.log[-1][1].gripper_opening_m == pytest.approx(0.085)
+    assert sim.submit(chunk(sim.now, lambda t: -0.3 + 0.1 * (t - sim.now), gripper=0.085)
+                      ).accepted
+    sim.run(0.5)
+    assert sim.tracker.mode is TrackerMode.TRACKING
+    assert sim.tracker.diagnostics()["path_aborts"] == 1
+
+
+def test_path_tolerance_zero_keeps_the_plan(sim_factory, chunk):
+    sim = sim_factory(PdTrackerConfig(path_tolerance=0.0), q0=[0.0] * 6)
+    sim.run(0.1)
+    sim.run(0.3, [(sim.now, chunk(sim.now, lambda t: 0.2))])
+    reference = sim.log[-1][1].q_ref
+    sim.q = [-0.3] * 6
+    cmd = sim.tick()
+    assert cmd.mode is TrackerMode.TRACKING and sim.tracker.diagnostics()["path_aborts"] == 0
+    assert cmd.q_ref[0] == pytest.approx(reference[0], abs=0.01)

@@ -23,7 +23,10 @@ LIMITED = PdTrackerConfig(
     velocity_limits=[2.0, 1.0, 3.0, 2.0, 2.0, 0.5],
     acceleration_limits=[10.0, 5.0, 20.0, 10.0, 10.0, 3.0],
     effort_limits=[150.0, 150.0, 150.0, 28.0, 28.0, 28.0],
-    kp=[600.0, 600.0, 400.0, 100.0, 100.0, 50.0], chunk_timeout_s=0.25)
+    kp=[600.0, 600.0, 400.0, 100.0, 100.0, 50.0], chunk_timeout_s=0.25,
+    # Off: the lagging plant here falls far behind by design, and a path abort moves the
+    # reference onto the arm on purpose (test_pd_tracker.py tests it).
+    path_tolerance=0.0)
 
 event = st.fixed_dictionaries({
     "gap": st.floats(0.0, 0.35),
