@@ -243,4 +243,5 @@ def test_the_shipped_policy_lifts_the_named_object_through_the_nodes(tmp_path):
     summary = json.loads((out / "bringup_summary.json").read_text())
     assert summary["wrong_object_rate"] == 0, result.stdout
     assert any(e["status"] == "success" for e in summary["episodes"]), result.stdout
+    assert summary["diagnostics_errors"] == {}, result.stdout  # no ERROR after start-up
     _assert_children_gone(summary)
