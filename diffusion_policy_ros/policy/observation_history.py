@@ -21,11 +21,7 @@ newest last, each with the joint positions of that instant. This buffer
   older than ``max_age_s``, or a selected input is not finite.
 
 A stream whose stamp jumps back by more than ``clock_jump_s`` (bag loop,
-restarted sim clock) restarts that stream's history. A joint_states sample
-farther than ``joint_jump`` (rad, m for the gripper) from the previous one,
-faster than any joint moves between two samples (a simulator reset put the arm
-back home), starts a new history: earlier joint_states and frames are
-dropped, so the next chunk is not conditioned on the previous episode. Thread-safe: a ROS
+restarted sim clock) restarts that stream's history. Thread-safe: a ROS
 subscription thread adds while the inference thread selects.
 """
 
@@ -90,7 +86,7 @@ class ObservationHistory:
     def __init__(self, joint_names: Sequence[str], keep_s: float = 2.0,
                  pair_timeout_s: float = 0.2, max_pending: int = 30,
                  clock_jump_s: float = 1.0, max_frames: int = 300,
-                 max_joint_states: int = 5000, joint_jump: float = 0.2):
+                 max_joint_states: int = 5000):
         self.joint_names = list(joint_names)
         self.keep_s = keep_s
         self.pair_timeout_s = pair_timeout_s
@@ -98,7 +94,6 @@ class ObservationHistory:
         self.clock_jump_s = clock_jump_s
         self.max_frames = max_frames
         self.max_joint_states = max_joint_states
-        self.joint_jump = joint_jump
         self._lock = threading.Lock()
         self._frames: list[Frame] = []
         self._frame_stamps: list[int] = []
@@ -114,8 +109,7 @@ class ObservationHistory:
         self.non_finite_frames = 0
         self.drops: collections.Counter[str] = collections.Counter()
         """Counted by reason: unpaired_image, unpaired_points, duplicate_image,
-        duplicate_points, clock_jump_camera, clock_jump_joint_states, bad_joint_states,
-        joint_jump (a restart of the history, counted once per jump)."""
+        duplicate_points, clock_jump_camera, clock_jump_joint_states, bad_joint_states."""
 
     # -- input --------------------------------------------------------------------------------
 
@@ -168,12 +162,6 @@ class ObservationHistory:
                     stamp_ns < self._js_stamps[-1] - int(self.clock_jump_s * 1e9):
                 self.drops["clock_jump_joint_states"] += 1
                 self._js_stamps, self._js_rows = [], []
-            if self._js_stamps and stamp_ns > self._js_stamps[-1] and \
-                    float(np.abs(row - self._js_rows[-1]).max()) > self.joint_jump:
-                self.drops["joint_jump"] += 1
-                self._js_stamps, self._js_rows = [], []
-                cut = bisect.bisect_left(self._frame_stamps, stamp_ns)
-                del self._frames[:cut], self._frame_stamps[:cut]
             if self._js_stamps and stamp_ns < self._js_stamps[-1]:
                 i = bisect.bisect_right(self._js_stamps, stamp_ns)
                 self._js_stamps.insert(i, stamp_ns)

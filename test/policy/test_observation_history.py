@@ -223,20 +223,3 @@ def test_concurrent_adds_and_selects_stay_consistent():
     thread.join()
     assert not errors and h.paired_total == 600
     assert selections == attempts
-
-
-def test_a_joint_state_jump_starts_a_new_history():
-    """A simulator reset puts the arm back home between two joint_states samples: the
-    previous episode's frames and joint states must not condition the next chunk."""
-    h = ObservationHistory(NAMES, keep_s=5.0)
-    for k in range(10):  # the old episode: frames 0.1 s apart, the arm barely moving
-        add_joints(h, T0 + k * 100 * MS, 0.001 * k)
-        add_frame(h, T0 + k * 100 * MS, value=1)
-    reset = T0 + 1000 * MS
-    add_joints(h, reset, 0.5)  # every joint 0.5 rad away from 2 ms earlier
-    assert h.drops["joint_jump"] == 1 and len(h) == 0
-    add_frame(h, reset + 10 * MS, value=2)
-    sel = h.select(reset + 20 * MS, 2, 0.1, 1.0)
-    assert isinstance(sel, Selection) and sel.short
-    assert sel.frame_stamps_ns == (reset + 10 * MS,) * 2  # padded with the new frame only
-    assert all(o["joint_positions"][0] == pytest.approx(0.5) for o in sel.observations)
