@@ -174,10 +174,7 @@ class PdTracker:
         tol = self.config.path_tolerance
         if tol > 0.0 and any(abs(a - b) > tol for a, b in zip(q, lim.position, strict=True)):
             self.timeline.clear()
-            self.limiter.reset(q, qd)
-            if gripper_opening_m is not None:
-                self.gripper.reset(gripper_opening_m)
-            self.mode = TrackerMode.HOLDING
+            self._restart(q, qd, gripper_opening_m, reseed_gripper=True)
             self.path_aborts += 1
             self._path_abort_s = now_s
             dt = 0.0
@@ -239,14 +236,15 @@ class PdTracker:
         return TrackerCommand((0.0,) * self.n, self.gripper.opening, tuple(lim.position),
                               (0.0,) * self.n, TrackerMode.FAULT, send, reason)
 
-    def _restart(self, q, qd, gripper_opening_m) -> None:
+    def _restart(self, q, qd, gripper_opening_m, reseed_gripper: bool = False) -> None:
         """Reference at the measured state, holding (start-up, fault recovery, time reset).
 
         The gripper reference is kept once known (the gripper holds its own position
-        while the arm is in fault), so its command never jumps.
+        while the arm is in fault), so its command never jumps; ``reseed_gripper`` (a
+        path abort) restarts it at the measured opening too.
         """
         self.limiter.reset(q, qd)
-        if self.gripper.opening is None and gripper_opening_m is not None:
+        if (reseed_gripper or self.gripper.opening is None) and gripper_opening_m is not None:
             self.gripper.reset(gripper_opening_m)
         self.mode = TrackerMode.HOLDING
         self.fault = ""
