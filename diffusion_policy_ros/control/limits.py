@@ -26,16 +26,36 @@ import math
 from collections.abc import Sequence
 
 
+def braking_distance(speed: float, decel: float, dt: float) -> float:
+    """Distance covered by steps at ``speed``, ``speed - decel*dt``, ... down to rest.
+
+    Semi-implicit Euler: every step moves by its new velocity times ``dt``, so a
+    step at ``speed`` is taken before braking starts. With ``speed = decel*dt*(n + f)``
+    (n whole, 0 <= f < 1) that is ``decel*dt^2 * (n + 1) * (n/2 + f)``.
+    """
+    if speed <= 0.0:
+        return 0.0
+    dv = decel * dt
+    n = math.floor(speed / dv)
+    return dv * dt * (n + 1) * (0.5 * n + speed / dv - n)
+
+
 def stopping_speed(distance: float, decel: float, dt: float) -> float:
     """Largest speed from which steps of ``decel * dt`` stop within ``distance``.
 
-    With semi-implicit Euler steps the distance covered while braking from
-    ``w`` is ``w^2 / (2 decel) + w dt / 2``; this inverts it.
+    Exact inverse of ``braking_distance`` (piecewise linear in the speed). The
+    continuous ``w^2 / (2 decel) + w dt / 2`` underestimates the stepped distance by
+    up to ``decel dt^2 / 8``, which let the reference reach a position limit with
+    speed left and be clamped there by more than the acceleration limit allows.
     """
     if distance <= 0.0:
         return 0.0
-    half = 0.5 * decel * dt
-    return math.sqrt(half * half + 2.0 * decel * distance) - half
+    dv = decel * dt
+    # Whole braking steps n with braking_distance(n * dv) = dv*dt*n(n+1)/2 <= distance.
+    n = math.floor((math.sqrt(1.0 + 8.0 * distance / (dv * dt)) - 1.0) / 2.0)
+    if dv * dt * (n + 1) * (n + 2) / 2 <= distance:  # sqrt rounded down across a step
+        n += 1
+    return n * dv + (distance - dv * dt * n * (n + 1) / 2) / ((n + 1) * dt)
 
 
 class ReferenceLimiter:
@@ -103,8 +123,12 @@ class ReferenceLimiter:
                     saturated = True
             v_des = v_t + w
             # Speed limit and stopping room in front of the position limits.
-            v_hi = min(vmax[j], stopping_speed(hi - x, ab, dt))
-            v_lo = -min(vmax[j], stopping_speed(x - lo, ab, dt))
+            # Skip the inverse where full speed can brake in time (distance bound:
+            # braking_distance(w) <= w^2 / 2a + w dt / 2 + a dt^2 / 8).
+            vm = vmax[j]
+            room = vm * (0.5 * vm / ab + 0.5 * dt) + 0.125 * ab * dt * dt
+            v_hi = vm if hi - x >= room else min(vm, stopping_speed(hi - x, ab, dt))
+            v_lo = -vm if x - lo >= room else -min(vm, stopping_speed(x - lo, ab, dt))
             if v_des > v_hi:
                 v_des = v_hi
                 saturated = True

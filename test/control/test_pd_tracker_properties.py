@@ -148,14 +148,15 @@ def assert_switch_continuous(tracker, now, before):
     else:
         # Right-hand limit at the switch, extrapolated back from just after it (the
         # value exactly at ``now`` is the old plan's by construction): velocity and
-        # acceleration linearly from two samples; position by Taylor with the plan's
-        # own derivatives, because the linear form is off by a*eps^2, which a short
-        # window's blend acceleration makes larger than the position tolerance.
-        eps = 1e-6
-        one = [np.asarray(x) for x in tl.active.sample3(now + eps)]
-        two = [np.asarray(x) for x in tl.active.sample3(now + 2 * eps)]
+        # acceleration quadratically from three samples (error ~ eps^3 times the third
+        # derivative: a 20 ms blend of a jumpy plan has a snap of ~1e10 rad/s^4, which
+        # made a linear fit at eps = 1e-6 miss by 0.01 rad/s^2); position by Taylor with
+        # the plan's own derivatives.
+        eps = 1e-7
+        one, two, three = ([np.asarray(x) for x in tl.active.sample3(now + k * eps)]
+                           for k in (1, 2, 3))
         after = (one[0] - one[1] * eps + one[2] * eps**2 / 2,
-                 2 * one[1] - two[1], 2 * one[2] - two[2])
+                 3 * one[1] - 3 * two[1] + three[1], 3 * one[2] - 3 * two[2] + three[2])
         for x, y, tol in zip(before, after, (1e-9, 1e-4, 1e-2), strict=True):
             np.testing.assert_allclose(y, x, atol=tol * max(1.0, np.abs(x).max()))
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from diffusion_policy_ros.control import GripperRateLimiter, ReferenceLimiter, pd_effort
-from diffusion_policy_ros.control.limits import saturate, stopping_speed
+from diffusion_policy_ros.control.limits import braking_distance, saturate, stopping_speed
 
 H = 0.002
 
@@ -86,11 +86,32 @@ def test_hold_brakes_at_braking_fraction_and_stops():
 
 
 def test_stopping_speed_inverts_the_braking_distance():
-    for d in (1e-9, 1e-4, 0.01, 1.0):
+    for d in (1e-9, 1e-4, 5.0 * H * H, 0.01, 1.0, 7.3):
         w = stopping_speed(d, 5.0, H)
-        assert w * w / 10.0 + w * H / 2 == pytest.approx(d, rel=1e-9)
+        assert braking_distance(w, 5.0, H) == pytest.approx(d, rel=1e-9)
     assert stopping_speed(0.0, 5.0, H) == 0.0
     assert stopping_speed(-1.0, 5.0, H) == 0.0
+
+
+@given(st.floats(0.0, 50.0), st.floats(0.1, 100.0), st.floats(0.0005, 0.05))
+def test_braking_from_the_stopping_speed_stays_within_the_distance(distance, decel, dt):
+    """Step by step, as the limiter moves: never past the distance (the old continuous
+    formula overshot by up to decel*dt^2/8 at speeds between whole braking steps)."""
+    v = stopping_speed(distance, decel, dt)
+    x = 0.0
+    while v > 0.0:
+        x += v * dt
+        v = max(0.0, v - decel * dt)
+    assert x <= distance * (1 + 1e-9) + 1e-15
+    assert braking_distance(stopping_speed(distance, decel, dt), decel, dt) == pytest.approx(
+        distance, rel=1e-9, abs=1e-15)
+
+
+def test_stopping_speed_is_monotonic_and_continuous():
+    d = np.linspace(0.0, 0.01, 20001)
+    w = np.array([stopping_speed(x, 5.0, H) for x in d])
+    assert np.all(np.diff(w) >= 0.0)
+    assert np.abs(np.diff(w)).max() <= (d[1] - d[0]) / H * (1 + 1e-6)
 
 
 @settings(max_examples=60, deadline=None)

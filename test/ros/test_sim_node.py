@@ -271,9 +271,10 @@ def test_sim_node_streams_obeys_commands_and_resets(ros, sim_node):
     assert h.value("commands_stale") == "true" and h.diagnostics()[0] == DiagnosticStatus.WARN
     q_home = h.q()
     n_before = len(h.joint_states)
-    ros.spin_for(0.5)
+    ros.spin_until(lambda: len(h.joint_states) > n_before + 250, 10.0,
+                   "0.5 s of joint_states after the reset")
     assert np.abs(h.q() - q_home)[:6].max() < 2e-3, (q_home, h.q())
-    assert abs(h.joint_states[-1][3][0]) < 1e-6 and len(h.joint_states) > n_before + 100
+    assert abs(h.joint_states[-1][3][0]) < 1e-6
     assert sim_node.alive(), log()
 
 
