@@ -21,7 +21,13 @@ newest last, each with the joint positions of that instant. This buffer
   older than ``max_age_s``, or a selected input is not finite.
 
 A stream whose stamp jumps back by more than ``clock_jump_s`` (bag loop,
-restarted sim clock) restarts that stream's history. Thread-safe: a ROS
+restarted sim clock) restarts that stream's history. ``restart(start_ns)``
+begins a new task (the node calls it for every instruction message): frames and
+joint_states stamped before ``start_ns`` are dropped (counted ``before_restart``),
+so the first chunks of an episode are padded from its own first frame, as in
+training, and never conditioned on the previous episode (a simulated reset
+teleports the arm and objects). ``generation`` counts restarts, so a chunk
+computed from a selection made before one can be discarded. Thread-safe: a ROS
 subscription thread adds while the inference thread selects.
 """
 
@@ -102,6 +108,9 @@ class ObservationHistory:
         self._newest_camera_ns: int | None = None
         self._js_stamps: list[int] = []
         self._js_rows: list[np.ndarray] = []
+        self._start_ns: int | None = None
+        self.generation = 0
+        """Incremented by every ``restart``."""
         self.paired_total = 0
         self.images_total = 0
         self.points_total = 0
@@ -109,13 +118,16 @@ class ObservationHistory:
         self.non_finite_frames = 0
         self.drops: collections.Counter[str] = collections.Counter()
         """Counted by reason: unpaired_image, unpaired_points, duplicate_image,
-        duplicate_points, clock_jump_camera, clock_jump_joint_states, bad_joint_states."""
+        duplicate_points, clock_jump_camera, clock_jump_joint_states, bad_joint_states,
+        before_restart."""
 
     # -- input --------------------------------------------------------------------------------
 
     def add_image(self, stamp_ns: int, image: np.ndarray) -> None:
         with self._lock:
             self.images_total += 1
+            if self._before_start(stamp_ns):
+                return
             self._camera_stamp(stamp_ns)
             if self._has_frame(stamp_ns) or stamp_ns in self._pending_images:
                 self.drops["duplicate_image"] += 1
@@ -131,6 +143,8 @@ class ObservationHistory:
         finite = bool(np.isfinite(points).all())
         with self._lock:
             self.points_total += 1
+            if self._before_start(stamp_ns):
+                return
             self._camera_stamp(stamp_ns)
             if self._has_frame(stamp_ns) or stamp_ns in self._pending_points:
                 self.drops["duplicate_points"] += 1
@@ -157,6 +171,8 @@ class ObservationHistory:
             if problem:
                 self.drops["bad_joint_states"] += 1
                 return problem
+            if self._before_start(stamp_ns):
+                return ""
             row = np.array([positions[index[n]] for n in self.joint_names], dtype=np.float64)
             if self._js_stamps and \
                     stamp_ns < self._js_stamps[-1] - int(self.clock_jump_s * 1e9):
@@ -180,6 +196,14 @@ class ObservationHistory:
         with self._lock:
             self._clear_camera()
             self._js_stamps, self._js_rows = [], []
+
+    def restart(self, start_ns: int) -> None:
+        """Forget everything; from now on ignore inputs stamped before ``start_ns``."""
+        with self._lock:
+            self._clear_camera()
+            self._js_stamps, self._js_rows = [], []
+            self._start_ns = start_ns
+            self.generation += 1
 
     # -- selection ----------------------------------------------------------------------------
 
@@ -268,6 +292,18 @@ class ObservationHistory:
             return len(self._pending_images), len(self._pending_points)
 
     # -- internals (lock held) ----------------------------------------------------------------
+
+    def _before_start(self, stamp_ns: int) -> bool:
+        """Drop (counted) an input older than the last restart; a jump back by more than
+        ``clock_jump_s`` below it is a new clock (bag loop) and lifts the cut."""
+        start = self._start_ns
+        if start is None or stamp_ns >= start:
+            return False
+        if stamp_ns < start - int(self.clock_jump_s * 1e9):
+            self._start_ns = None
+            return False
+        self.drops["before_restart"] += 1
+        return True
 
     def _has_frame(self, stamp_ns: int) -> bool:
         i = bisect.bisect_left(self._frame_stamps, stamp_ns)

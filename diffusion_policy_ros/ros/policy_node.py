@@ -21,7 +21,11 @@ observation's stamp, point k at k * dt, joint_names + gripper_joint),
 ``base_frame``) and ``/diagnostics``. It refuses to act, says why on
 ``/diagnostics`` and in a log throttled per reason, without an instruction,
 with observations or joint_states older than ``max_obs_age_s``, with NaN/inf
-inputs or outputs.
+inputs or outputs. Every instruction message (the same words again too) starts
+a new task: the observation history restarts at the node's clock (inputs
+stamped earlier are dropped) and a chunk still computing from older frames is
+discarded (``discarded_after_restart``): after a simulated reset the first
+chunks see only the new episode, padded from its first frame as in training.
 
 Threading: inference runs on the node's own worker thread, never on the
 executor's: the ``rate_hz`` timer (its own callback group) only marks a chunk
@@ -117,6 +121,7 @@ class PolicyNode(LifecycleNode):
         self._times_from_start: list[Duration] = []
         # Work handed to the inference worker.
         self.overrun_ticks = 0
+        self.discarded_after_restart = 0
         self._work = threading.Condition()
         self._tick_due = False
         self._embed_due = ""
@@ -303,6 +308,7 @@ class PolicyNode(LifecycleNode):
 
     def _on_instruction(self, msg: String) -> None:
         text = normalize_instruction(msg.data)
+        self.history.restart(self.get_clock().now().nanoseconds)
         if text == self._instruction:
             return
         self._instruction = text
@@ -370,6 +376,7 @@ class PolicyNode(LifecycleNode):
             return
         c = runner.config
         now_ns = self.get_clock().now().nanoseconds
+        generation = self.history.generation
         selection = self.history.select(now_ns, c.n_obs_steps, c.action_dt_s,
                                         self.config.max_obs_age_s)
         if isinstance(selection, Refusal):
@@ -391,6 +398,9 @@ class PolicyNode(LifecycleNode):
             return
         if self._state != "active" or self._stopped:
             return  # deactivated or stopped while this chunk was computed
+        if self.history.generation != generation:
+            self.discarded_after_restart += 1  # a new task began while this was computed
+            return
         stamp = ns_to_stamp(selection.stamp_ns)
         msg = JointTrajectory(joint_names=self.joint_names)
         msg.header.stamp = stamp
@@ -483,6 +493,8 @@ class PolicyNode(LifecycleNode):
             "chunk_rate_hz": f"{rate:.2f}",
             "chunks_total": str(self.chunk_rate.total),
             "overrun_ticks": str(self.overrun_ticks),
+            "history_restarts": str(h.generation),
+            "discarded_after_restart": str(self.discarded_after_restart),
             "first_chunk_ms": (f"{self._first_chunk_ms:.2f}" if self._first_chunk_ms is not None
                                else ""),
             "warmup_ms": ", ".join(f"{w:.1f}" for w in self._warmup_ms),

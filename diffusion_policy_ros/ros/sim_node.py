@@ -211,10 +211,12 @@ class SimNode(Node):
         self._status = ""
         if not self.config.publish_clock:
             self._stamp_ns = self._ros_stamp_ns()
+        # Clock, instruction, then the episode's first joint_states and frame:
+        # policy_node restarts its history at its clock when the instruction arrives.
+        self._publish_clock()
         if self.config.publish_instruction:
             self.instruction_pub.publish(String(data=state.instruction))
         self._after_step(state)
-        self._publish_clock()
         self.get_logger().info(f"episode {self._episode} (seed {self.runtime.episode_seed}): "
                                f"'{state.instruction}' -> {state.target}")
 

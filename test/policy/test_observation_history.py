@@ -196,6 +196,28 @@ def test_history_is_trimmed_to_keep_s_and_clock_jumps_restart_it():
     assert sel.frame_stamps_ns == (T0, T0)
 
 
+def test_restart_drops_what_came_before_and_pads_from_the_new_first_frame():
+    h = ObservationHistory(NAMES, keep_s=2.0)
+    stamps = stream(h, seconds=1.0)
+    cut = stamps[-1] + 5 * MS  # a new instruction: the sim reset the scene here
+    h.restart(cut)
+    assert h.generation == 1 and len(h) == 0
+    assert isinstance(h.select(cut, 2, 0.1, 0.5), Refusal)
+    # In flight from before the reset: the last old frame and joint_states are dropped.
+    add_frame(h, stamps[-1], 99)
+    add_joints(h, stamps[-1], 0.0)
+    assert len(h) == 0 and h.drops["before_restart"] == 3
+    add_joints(h, cut, 5.0)
+    add_frame(h, cut + MS, 7)
+    sel = h.select(cut + MS, 2, 0.1, 0.5)
+    assert sel.frame_stamps_ns == (cut + MS, cut + MS) and sel.short
+    assert sel.observations[0]["image"][0, 0, 0] == 7
+    assert sel.observations[0]["joint_positions"][0] == 5.0
+    # A bag loop far behind the cut is a new clock, not a stale frame.
+    add_frame(h, T0, 3)
+    assert len(h) == 1 and h.drops["before_restart"] == 3
+
+
 def test_concurrent_adds_and_selects_stay_consistent():
     h = ObservationHistory(NAMES, keep_s=0.5)
     add_joints(h, T0 - MS, 0.0)

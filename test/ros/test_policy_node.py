@@ -226,11 +226,24 @@ def test_refusals_instruction_change_and_start_stop(ros, start_node, assets):
     # The arm model's tool stays within reach of the base (m).
     assert all(math.dist((p.x, p.y, p.z), (0, 0, 0)) < 1.5 for p in path.points)
 
-    # A new instruction conditions the next chunks.
+    # A new instruction conditions the next chunks and starts a new task: the history
+    # restarts, so no later chunk is conditioned on (stamped with) an older frame.
+    sent_ns = h._now_ns()
+    n = len(h.chunks)
     h.instruct("grab the blue cube")
-    ros.spin_until(lambda: h.value("chunk_instruction") == "grab the blue cube", 5.0,
+    ros.spin_until(lambda: h.value("chunk_instruction") == "grab the blue cube"
+                   and len(h.chunks) > n + 2, 5.0,
                    lambda: f"new instruction in use: {h.diagnostics()}")
     assert h.value("instruction") == "grab the blue cube"
+    late = [stamp_to_ns(m.header.stamp) for _, m in h.chunks[n + 2:]]
+    assert min(late) > sent_ns, (late, sent_ns)
+    # The same words again are a new task too (a sim reset republishes them).
+    restarts = h.count("history_restarts")
+    assert restarts >= 2
+    n = len(h.chunks)
+    h.instruct("grab the blue cube")
+    ros.spin_until(lambda: len(h.chunks) > n + 2 and h.count("history_restarts") == restarts + 1,
+                   5.0, lambda: f"chunks after the repeated instruction: {h.diagnostics()}")
 
     # Observations that arrive but are 0.8 s old (max_obs_age_s 0.5): refused, no chunks.
     h.stamp_delay_s = 0.8
