@@ -56,14 +56,15 @@ def _bringup(args: argparse.Namespace) -> int:
 
 
 def _collect(args: argparse.Namespace) -> int:
-    from diffusion_policy_ros.learning.collect import collect
+    from diffusion_policy_ros.learning.collect import SwitchConfig, collect
     from diffusion_policy_ros.sim.pushes import PushConfig
     from diffusion_policy_ros.sim.sim_config import load_sim_config
 
     config = load_sim_config(args.config) if args.config else None
     try:
         report = collect(args.episodes, args.out, seed=args.seed, raw_camera=args.raw_camera,
-                         config=config, pushes=PushConfig() if args.pushes else None)
+                         config=config, pushes=PushConfig() if args.pushes else None,
+                         switches=SwitchConfig() if args.switches else None)
     except FileExistsError as exc:
         print(f"dpr collect: {exc}", file=sys.stderr)
         return 2
@@ -171,12 +172,16 @@ def build_parser() -> argparse.ArgumentParser:
     collect.add_argument("--pushes", action="store_true",
                          help="push the arm at random during the approach (DART-style "
                          "recoveries, sim/pushes.py)")
+    collect.add_argument("--switches", action="store_true",
+                         help="start every episode with an instruction for another object "
+                         "and switch to its own during the approach (the expert turns)")
     collect.add_argument("--config", help="sim params file (default config/sim.yaml)")
     collect.set_defaults(func=_collect)
 
     train = sub.add_parser("train", help="train the diffusion policy from episode bags "
                            "(run under torchrun for data parallel)")
-    train.add_argument("--data", required=True, help="directory of episode_* bags")
+    train.add_argument("--data", required=True, nargs="+",
+                       help="directory (or directories) of episode_* bags")
     train.add_argument("--config", required=True, help="policy config, e.g. "
                        "config/policy_unet.yaml")
     train.add_argument("--out", required=True, help="run directory (log, checkpoint)")

@@ -17,6 +17,14 @@ and an existing episode is never overwritten (the writer refuses).
 With ``pushes`` the arm is pushed at random while the expert approaches
 (``sim.pushes``, DART-style): the chunks recorded are still the commands, now
 also corrections from off-path states; the outcome counts the pushes.
+
+With ``switches`` every episode starts with an instruction naming another
+object, which the expert goes for, and switches to the episode's own
+instruction at a random instant of the approach (``SwitchConfig``), before
+the gripper closes; the expert turns to the new target from wherever the arm
+is. The bag holds both instructions with their stamps (training reads the one
+in force at each frame), the outcome the first instruction and the switch
+time. These teach the policy to drop a target when told to (issue 6).
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ import shutil
 import time
 from pathlib import Path
 
+import numpy as np
 from tqdm import tqdm
 
 from diffusion_policy_ros.learning.episode_bag import JOINT_NAMES, EpisodeBagWriter
@@ -34,6 +43,7 @@ from diffusion_policy_ros.sim.env import GraspEnv
 from diffusion_policy_ros.sim.expert import ExpertConfig, Phase, ScriptedExpert
 from diffusion_policy_ros.sim.pushes import ArmPushes, PushConfig
 from diffusion_policy_ros.sim.sim_config import SimConfig, load_sim_config
+from diffusion_policy_ros.sim.task import GraspTask, other_task
 
 FAILED_DIR = "failed"
 PARTIAL_DIR = ".partial"
@@ -71,13 +81,49 @@ class CollectionReport:
 
 _PUSHED_PHASES = (Phase.PRE_GRASP, Phase.DESCEND)
 _PUSH_STREAM = 3  # random stream of the pushes, apart from the layout's and the task's
+_SWITCH_STREAM = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class SwitchConfig:
+    """When the instruction switches: uniform in [earliest_s, latest_s] after the
+    episode start, or as soon as the expert starts descending onto the first object."""
+
+    earliest_s: float = 0.3
+    latest_s: float = 1.5
+
+    def __post_init__(self):
+        if not 0.0 <= self.earliest_s <= self.latest_s:
+            raise ValueError(f"need 0 <= earliest_s <= latest_s, got {self}")
+
+
+class _InstructionSwitch:
+    """The first (other object's) task of a switched episode and when to switch."""
+
+    def __init__(self, config: SwitchConfig, target: str, object_names, seed: int,
+                 start_s: float):
+        rng = np.random.default_rng([_SWITCH_STREAM, seed])
+        self.first = other_task(target, object_names, rng)
+        self.start_s = start_s
+        self.at_s = start_s + rng.uniform(config.earliest_s, config.latest_s)
+        self.done_s: float | None = None
+
+    def due(self, now_s: float, phase: Phase) -> bool:
+        return self.done_s is None and (now_s >= self.at_s - 1e-9 or phase is Phase.DESCEND)
 
 
 def record_episode(env: GraspEnv, expert: ScriptedExpert, seed: int, path: Path,
-                   raw_camera: bool, pushes: PushConfig | None = None) -> tuple[bool, float]:
+                   raw_camera: bool, pushes: PushConfig | None = None,
+                   switches: SwitchConfig | None = None) -> tuple[bool, float]:
     """Run and record one episode; returns (success, episode sim time s)."""
     obs, info = env.reset(seed)
-    expert.reset(info["task"].target)
+    task = info["task"]
+    switch = None
+    if switches is not None:
+        switch = _InstructionSwitch(switches, task.target, env.runtime.scene.object_names,
+                                    seed, obs["stamp_s"])
+        obs, info = env.reset(seed, task=GraspTask(task.target, switch.first.instruction))
+    expert.reset(switch.first.target if switch else task.target)
     push = None
     if pushes is not None:
         push = ArmPushes(pushes, env.runtime.tracker_config.kp, seed=[_PUSH_STREAM, seed],
@@ -85,18 +131,24 @@ def record_episode(env: GraspEnv, expert: ScriptedExpert, seed: int, path: Path,
     with EpisodeBagWriter(path, raw_camera=raw_camera) as bag:
         bag.instruction(_ns(obs["stamp_s"]), obs["instruction"])
 
-        def record_joint_state(runtime) -> None:
+        def after_physics_step(runtime) -> None:
+            """Record joint_states at the physics rate; set the next push torque."""
             scene = runtime.scene
             bag.joint_state(_ns(runtime.time_s), scene.joint_positions(),
                             scene.joint_velocities(), scene.joint_efforts())
             if push is not None:
                 scene.push_arm(push.torque_nm(runtime.time_s, expert.phase in _PUSHED_PHASES))
 
-        env.after_physics_step = record_joint_state
-        record_joint_state(env.runtime)
+        env.after_physics_step = after_physics_step
+        after_physics_step(env.runtime)
         done = False
         while not done:
             stamp = _ns(obs["stamp_s"])
+            if switch is not None and switch.due(obs["stamp_s"], expert.phase):
+                if expert.phase in _PUSHED_PHASES:  # else it closed on the first: a failure
+                    expert.retarget(task.target)
+                bag.instruction(stamp, task.instruction)
+                switch.done_s = obs["stamp_s"]
             bag.observation(stamp, obs["image"], obs["points"], obs["point_colors"])
             if raw_camera:
                 frame = env.last_frame
@@ -112,6 +164,11 @@ def record_episode(env: GraspEnv, expert: ScriptedExpert, seed: int, path: Path,
                    "timed_out": state.timed_out, "episode_time_s": state.elapsed_s}
         if push is not None:
             outcome |= {"pushes": push.count, "max_push_nm": push.max_peak_nm.round(2).tolist()}
+        if switch is not None:
+            outcome |= {"first_instruction": switch.first.instruction,
+                        "first_target": switch.first.target,
+                        "switch_s": None if switch.done_s is None
+                        else round(switch.done_s - switch.start_s, 3)}
         bag.outcome(_ns(env.runtime.time_s), outcome)
     return state.success, state.elapsed_s
 
@@ -122,9 +179,11 @@ def _size(path: Path) -> int:
 
 def collect(episodes: int, out: str | Path, seed: int = 0, raw_camera: bool = False,
             config: SimConfig | None = None, progress: bool = True,
-            pushes: PushConfig | None = None) -> CollectionReport:
+            pushes: PushConfig | None = None,
+            switches: SwitchConfig | None = None) -> CollectionReport:
     """Record ``episodes`` expert episodes with seeds ``seed, seed + 1, ...`` into ``out``
-    (``pushes``: push the arm during the approach, see the module docstring)."""
+    (``pushes``: push the arm during the approach; ``switches``: switch the instruction
+    during it; see the module docstring)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     config = dataclasses.replace(config or load_sim_config(), render_observations=True)
@@ -145,7 +204,7 @@ def collect(episodes: int, out: str | Path, seed: int = 0, raw_camera: bool = Fa
             if tmp.exists():
                 shutil.rmtree(tmp)  # left by an interrupted run; never a finished episode
             tmp.parent.mkdir(exist_ok=True)
-            ok, episode_s = record_episode(env, expert, s, tmp, raw_camera, pushes)
+            ok, episode_s = record_episode(env, expert, s, tmp, raw_camera, pushes, switches)
             final = out / episode_name(s) if ok else out / FAILED_DIR / episode_name(s)
             final.parent.mkdir(exist_ok=True)
             tmp.rename(final)
@@ -161,6 +220,8 @@ def collect(episodes: int, out: str | Path, seed: int = 0, raw_camera: bool = Fa
     (out / f"collection_{seed:06d}.json").write_text(json.dumps(
         dataclasses.asdict(report) | {"realtime_factor": report.realtime_factor,
                                       "raw_camera": raw_camera, "first_seed": seed,
-                                      "pushes": dataclasses.asdict(pushes) if pushes else None},
+                                      "pushes": dataclasses.asdict(pushes) if pushes else None,
+                                      "switches": (dataclasses.asdict(switches) if switches
+                                                   else None)},
         indent=2))
     return report

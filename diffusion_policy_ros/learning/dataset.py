@@ -2,8 +2,9 @@
 
 Sample i of an episode conditions on frames ``i - To + 1 .. i`` (the first
 frame repeated before the episode starts, as at the start of a real run) and
-targets the action chunk recorded for frame i. Frames are one control period
-apart (the collection rate), the spacing ``policy_node`` keeps at run time.
+targets the action chunk recorded for frame i, under the instruction in force
+at frame i (an episode may switch instructions mid-way). Frames are one control
+period apart (the collection rate), the spacing ``policy_node`` keeps at run time.
 Episodes are split into training and validation as a whole, never by frame.
 """
 
@@ -23,6 +24,7 @@ from diffusion_policy_ros.policy.configuration_diffusion import DiffusionPolicyC
 from diffusion_policy_ros.policy.features import (
     ACTION,
     GRASP_APPROACH,
+    GRASP_LABEL_WEIGHT,
     GRASP_POSITION,
     GRASP_STATE,
     IMAGE,
@@ -56,6 +58,12 @@ def load_episodes(dirs: list[Path], config: DiffusionPolicyConfig,
                   progress: bool = True) -> list[EpisodeRecord]:
     return [read_episode(d, horizon=config.horizon, dt_s=config.action_dt_s)
             for d in tqdm(dirs, desc="read bags", unit="ep", disable=not progress)]
+
+
+def episode_instructions(episodes: list[EpisodeRecord]) -> set[str]:
+    """Every instruction the episodes' frames were recorded under."""
+    return {ep.instruction for ep in episodes}.union(
+        *(ep.frame_instructions for ep in episodes))
 
 
 def split_episodes(n: int, val_fraction: float, seed: int) -> tuple[list[int], list[int]]:
@@ -122,7 +130,7 @@ class EpisodeDataset(torch.utils.data.Dataset):
         self.episodes = episodes
         self.colour_swap = colour_swap if colour_swap_prob > 0 else None
         self.colour_swap_prob = colour_swap_prob
-        texts = {ep.instruction for ep in episodes}
+        texts = episode_instructions(episodes)
         if self.colour_swap is not None:
             texts = set().union(*(self.colour_swap.instruction_variants(t) for t in texts))
         self.embeddings = {t: np.asarray(embeddings[t], np.float32) for t in texts}
@@ -145,7 +153,7 @@ class EpisodeDataset(torch.utils.data.Dataset):
         e, i = self.index[k]
         ep = self.episodes[e]
         frames = np.clip(np.arange(i - self.config.n_obs_steps + 1, i + 1), 0, None)
-        images, colors, instruction = ep.images[frames], ep.colors[frames], ep.instruction
+        images, colors, instruction = ep.images[frames], ep.colors[frames], ep.instruction_at(i)
         # Drawn from torch's generator, so torch.manual_seed makes the augmentation repeatable.
         if self.colour_swap is not None and torch.rand(()).item() < self.colour_swap_prob:
             rng = np.random.default_rng(int(torch.randint(0, 2**31 - 1, ()).item()))
@@ -163,6 +171,7 @@ class EpisodeDataset(torch.utils.data.Dataset):
             GRASP_STATE: torch.from_numpy(self.grasp_states[e]),
             GRASP_POSITION: torch.from_numpy(self.grasp_positions[e]),
             GRASP_APPROACH: torch.tensor(self.approach[e][i]),
+            GRASP_LABEL_WEIGHT: torch.tensor(float(ep.follows_last_instruction(i))),
         }
 
     def normalizer_stats(self) -> dict[str, dict[str, torch.Tensor]]:

@@ -130,9 +130,21 @@ class EpisodeRecord:
     """(N, T, 7) action targets for each observation."""
     action_source: str
     """'chunks' (recorded commands) or 'joint_states' (positions that followed)."""
+    frame_instructions: list[str] = dataclasses.field(default_factory=list)
+    """The instruction in force at each observation: the latest at or before its stamp
+    (an instruction switch mid-episode changes it; ``instruction`` is the last one).
+    Empty: ``instruction`` throughout."""
 
     def __len__(self) -> int:
         return int(self.stamps_ns.shape[0])
+
+    def instruction_at(self, i: int) -> str:
+        """The instruction the robot had been given when observation ``i`` was taken."""
+        return self.frame_instructions[i] if self.frame_instructions else self.instruction
+
+    def follows_last_instruction(self, i: int) -> bool:
+        """Observation ``i`` is under the final instruction (the one the grasp obeyed)."""
+        return self.instruction_at(i) == self.instruction
 
 
 def open_bag(path: Path) -> Reader:
@@ -266,9 +278,13 @@ def read_episode(path: str | Path, horizon: int = 16, dt_s: float = 0.1,
     outcome = {}
     if TOPIC_OUTCOME in topics:
         outcome = json.loads(topics[TOPIC_OUTCOME][-1][1].data)
+    said = sorted(((s, m.data) for s, m in topics[TOPIC_INSTRUCTION]), key=lambda x: x[0])
+    said_at = np.searchsorted(np.asarray([s for s, _ in said], np.int64), stamps, side="right")
+    frame_instructions = [said[max(0, int(k) - 1)][1] for k in said_at]
     return EpisodeRecord(
-        path=path, instruction=topics[TOPIC_INSTRUCTION][-1][1].data, outcome=outcome,
+        path=path, instruction=said[-1][1], outcome=outcome,
         stamps_ns=stamps, images=np.stack([o[1] for o in observations]),
         points=np.stack([o[2] for o in observations]).astype(np.float32),
         colors=np.stack([o[3] for o in observations]), joint_positions=js_rows[idx],
-        actions=actions.astype(np.float32), action_source=source)
+        actions=actions.astype(np.float32), action_source=source,
+        frame_instructions=frame_instructions)

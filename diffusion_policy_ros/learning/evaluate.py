@@ -39,7 +39,7 @@ from diffusion_policy_ros.sim.env import GraspEnv
 from diffusion_policy_ros.sim.ik import TcpIk
 from diffusion_policy_ros.sim.scene import JOINT_NAMES
 from diffusion_policy_ros.sim.sim_config import load_sim_config
-from diffusion_policy_ros.sim.task import TEMPLATES, GraspTask, instruction_for
+from diffusion_policy_ros.sim.task import TEMPLATES, GraspTask, other_task
 from diffusion_policy_ros.viz.episode_media import EpisodeRecording, PathProjector
 
 INSTRUCTION_MODES = ("task", "wrong", "switch")
@@ -114,9 +114,7 @@ def run_policy_episode(env: GraspEnv, runner: PolicyRunner, seed: int,
     instruction = task.instruction
     if instruction_mode in ("wrong", "switch"):
         rng = np.random.default_rng([seed, 7])
-        others = [n for n in env.runtime.scene.object_names if n != task.target]
-        wrong = others[rng.integers(len(others))]
-        instruction = instruction_for(wrong, rng)
+        instruction = other_task(task.target, env.runtime.scene.object_names, rng).instruction
         obs, info = env.reset(seed, task=GraspTask(task.target, instruction))
     n_obs = runner.config.n_obs_steps
     history = collections.deque([obs] * n_obs, maxlen=n_obs)

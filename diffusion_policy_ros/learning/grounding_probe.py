@@ -48,6 +48,8 @@ def probe(checkpoint: str, data: str, episodes: int = 20, val_fraction: float = 
     chunk_err, head_err, truths, centre_err = [], [], [], []
     for e in chosen:
         ep = read_episode(dirs[e], horizon=horizon, dt_s=dt)
+        if not ep.follows_last_instruction(0):
+            continue  # switched instruction: the grasp labels are not frame 0's
         first = dict(image=ep.images[0], points=ep.points[0], point_colors=ep.colors[0],
                      joint_positions=ep.joint_positions[0])
         history = [first] * policy.config.n_obs_steps

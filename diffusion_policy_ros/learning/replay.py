@@ -290,12 +290,14 @@ def replay(options: ReplayOptions) -> ReplayResult:
                "joint_positions": episode.joint_positions[i].astype(np.float32)}
               for i in range(len(episode))]
     predicted, latency, stages = [], [], []
-    runner.language.embed(episode.instruction)  # load the encoder outside the timing
+    for text in {episode.instruction, *episode.frame_instructions}:
+        runner.language.embed(text)  # load the encoder and cache outside the timing
     for n, i in enumerate(queries):
         history = [frames[k] for k in history_indices(episode.stamps_ns, i,
                                                       config.n_obs_steps, dt)]
         t0 = time.perf_counter()
-        predicted.append(runner.predict(history, episode.instruction, seed=options.seed + n))
+        predicted.append(runner.predict(history, episode.instruction_at(i),
+                                        seed=options.seed + n))
         latency.append((time.perf_counter() - t0) * 1e3)
         stages.append(runner.last_timings_ms)
         if options.progress and (n + 1) % 20 == 0:

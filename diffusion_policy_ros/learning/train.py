@@ -19,6 +19,7 @@ import json
 import math
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -35,6 +36,7 @@ from diffusion_policy_ros.learning.dataset import (
     EpisodeDataset,
     dataset_fingerprint,
     episode_dirs,
+    episode_instructions,
     load_episodes,
     split_episodes,
 )
@@ -186,9 +188,12 @@ def warm_start(policy: DiffusionPolicy, checkpoint_dir: str | Path) -> tuple[int
     return len(copied), fresh
 
 
-def train(data_dir: str | Path, policy_config: DiffusionPolicyConfig, config: TrainConfig,
-          out: str | Path, resume: bool = False, progress: bool = True) -> Path:
-    """Train and return the final checkpoint directory (``out/checkpoint``)."""
+def train(data_dir: str | Path | Sequence[str | Path], policy_config: DiffusionPolicyConfig,
+          config: TrainConfig, out: str | Path, resume: bool = False,
+          progress: bool = True) -> Path:
+    """Train on the episodes of one or more directories; return the final checkpoint
+    directory (``out/checkpoint``)."""
+    data_dirs = [data_dir] if isinstance(data_dir, str | Path) else list(data_dir)
     out = Path(out)
     d, device = _init_distributed(config.device)
     if config.num_threads:
@@ -202,13 +207,13 @@ def train(data_dir: str | Path, policy_config: DiffusionPolicyConfig, config: Tr
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(config.seed + d.rank)
 
-    dirs = episode_dirs(data_dir)
+    dirs = [e for d in data_dirs for e in episode_dirs(d)]
     episodes = load_episodes(dirs, policy_config, progress=progress and d.main)
     train_idx, val_idx = split_episodes(len(episodes), config.val_fraction, config.seed)
     embedder = LanguageEmbedder(policy_config.language_model,
                                 cache_path=out / "language_cache.json" if d.main else None)
     swap = None
-    texts = {ep.instruction for ep in episodes}
+    texts = episode_instructions(episodes)
     if config.colour_swap_prob > 0:
         from diffusion_policy_ros.sim.scene import load_model
 
@@ -253,7 +258,7 @@ def train(data_dir: str | Path, policy_config: DiffusionPolicyConfig, config: Tr
     loader = torch.utils.data.DataLoader(
         train_set, batch_size=config.batch_size, sampler=sampler, drop_last=True,
         generator=torch.Generator().manual_seed(config.seed + d.rank))
-    meta = {"dataset_id": str(Path(data_dir).resolve()),
+    meta = {"dataset_id": " + ".join(str(Path(d).resolve()) for d in data_dirs),
             "dataset_hash": dataset_fingerprint(dirs)}
 
     def checkpoint(final: bool) -> Path:

@@ -29,5 +29,10 @@ GRASP_APPROACH = "grasp_approach"
 distance above ``dataset.APPROACH_RADIUS_M``), else 0.0. The grounding loss counts only
 these frames: near the grasp the gripper's own points mark the spot, a shortcut that
 says nothing about the words (it left the first frames 11 cm off)."""
+GRASP_LABEL_WEIGHT = "grasp_label_weight"
+"""(B,) training only: 1.0 when the sample's instruction is the one the episode's grasp
+obeyed, 0.0 before an instruction switch (the expert was then going for another
+object: the grasp labels above are not that instruction's). Weights both auxiliary
+losses; the action loss counts every frame."""
 
 OBSERVATION_KEYS = (IMAGE, POINTS_XYZ, POINTS_RGB, STATE, LANGUAGE)

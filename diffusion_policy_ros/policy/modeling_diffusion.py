@@ -42,6 +42,7 @@ from diffusion_policy_ros.policy.dit import DiffusionTransformer
 from diffusion_policy_ros.policy.features import (
     ACTION,
     GRASP_APPROACH,
+    GRASP_LABEL_WEIGHT,
     GRASP_POSITION,
     GRASP_STATE,
     IMAGE,
@@ -83,6 +84,11 @@ def make_denoiser(config: DiffusionPolicyConfig) -> nn.Module:
 def _unit_float(x: torch.Tensor) -> torch.Tensor:
     """uint8 colours -> float in [0, 1]; float input is taken as already in [0, 1]."""
     return x.float() / 255.0 if x.dtype == torch.uint8 else x.float()
+
+
+def _weighted_mean(values: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """Mean of ``values`` (B,) over the weighted samples (0 when every weight is 0)."""
+    return (values * weight).sum() / weight.sum().clamp_min(1.0)
 
 
 class DiffusionPolicy(nn.Module):
@@ -216,17 +222,19 @@ class DiffusionPolicy(nn.Module):
         prediction = self.denoiser(noisy, steps, cond).float()
         target = noise if self.config.prediction_type == "epsilon" else clean
         loss = F.mse_loss(prediction, target)
+        labelled = batch[GRASP_LABEL_WEIGHT].float() if GRASP_LABEL_WEIGHT in batch \
+            else torch.ones(clean.shape[0], device=clean.device)
         if self.grasp_head is not None and GRASP_STATE in batch:
             grasp = self.normalizer.normalize(STATE, batch[GRASP_STATE].float())
-            loss = loss + self.config.grasp_aux_weight * F.mse_loss(
-                self.grasp_head(cond).float(), grasp)
+            error = (self.grasp_head(cond).float() - grasp).square().mean(dim=1)
+            loss = loss + self.config.grasp_aux_weight * _weighted_mean(error, labelled)
         if self.config.target_aux_weight > 0 and GRASP_POSITION in batch:
             where = self.normalizer.normalize(POINTS_XYZ, batch[GRASP_POSITION].float())
             error = (centre[:, -1, :2].float() - where[:, :2]).square().mean(dim=1)
             weight = batch[GRASP_APPROACH].float() if GRASP_APPROACH in batch \
                 else torch.ones_like(error)
-            loss = loss + self.config.target_aux_weight * (error * weight).sum() \
-                / weight.sum().clamp_min(1.0)
+            loss = loss + self.config.target_aux_weight * _weighted_mean(error,
+                                                                         weight * labelled)
         return loss
 
     @torch.no_grad()

@@ -161,6 +161,18 @@ class ScriptedExpert:
         self._phase_start_s = None
         self._goals = None
 
+    def retarget(self, target: str) -> None:
+        """Go for ``target`` instead, from wherever the arm is (a new instruction
+        mid-episode); only before the gripper closes on the first one."""
+        if target not in self._objects:
+            raise ValueError(f"unknown object '{target}', expected one of {list(self._objects)}")
+        if self.phase not in (Phase.PRE_GRASP, Phase.DESCEND):
+            raise RuntimeError(f"cannot retarget in phase {self.phase}: the gripper has closed")
+        self.target = target
+        self.phase = Phase.PRE_GRASP
+        self._phase_start_s = None
+        self._goals = None  # grasp yaw chosen afresh from the tool's current yaw
+
     def act(self, scene: ArmScene) -> np.ndarray:
         """The ``(horizon, 7)`` chunk for the instants ``scene.time_s + k * dt_s``."""
         if self.target is None:

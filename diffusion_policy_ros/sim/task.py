@@ -97,6 +97,14 @@ class GraspTask:
     instruction: str
 
 
+def other_task(target: str, object_names: Sequence[str], rng: np.random.Generator) -> GraspTask:
+    """A task for a uniformly chosen object other than ``target`` (a wrong or a first,
+    later replaced, instruction)."""
+    others = [n for n in object_names if n != target]
+    other = others[rng.integers(len(others))]
+    return GraspTask(other, instruction_for(other, rng))
+
+
 def sample_task(object_names: Sequence[str], rng: np.random.Generator) -> GraspTask:
     """A uniformly chosen target among ``object_names`` and a random instruction for it."""
     target = object_names[rng.integers(len(object_names))]

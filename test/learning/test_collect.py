@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from diffusion_policy_ros.learning.collect import FAILED_DIR, collect, episode_name
+from diffusion_policy_ros.learning.collect import FAILED_DIR, SwitchConfig, collect, episode_name
+from diffusion_policy_ros.learning.dataset import tool_positions
 from diffusion_policy_ros.learning.episode_bag import read_episode
 from diffusion_policy_ros.sim.pushes import PushConfig
 
@@ -79,3 +80,32 @@ def test_pushed_episodes_record_the_experts_corrections(collected, tmp_path):
     np.testing.assert_allclose(ep.actions[:, 0, :6], ep.joint_positions[:, :6], atol=1e-6)
     clean = read_episode(out / episode_name(3))
     assert _tracking_error_rad(ep) > 0.02 > _tracking_error_rad(clean)
+
+
+def test_switched_episodes_go_for_the_first_object_then_turn_to_the_new_one(tmp_path):
+    from diffusion_policy_ros.sim.env import GraspEnv
+    from diffusion_policy_ros.sim.task import parse_instruction
+
+    report = collect(2, tmp_path, seed=40000, progress=False,
+                     switches=SwitchConfig(earliest_s=0.6, latest_s=0.6))
+    assert report.succeeded == 2, report
+    with GraspEnv() as env:
+        env.reset(40000)
+        scene = env.runtime.scene
+        where = {n: scene.object_position(n)[:2] for n in scene.object_names}
+    ep = read_episode(tmp_path / episode_name(40000))
+    o = ep.outcome
+    assert o["success"] and o["first_target"] != o["target"] and o["switch_s"] == 0.6
+    names = list(where)
+    assert parse_instruction(o["first_instruction"], names) == o["first_target"]
+    assert parse_instruction(ep.instruction, names) == o["target"]
+    # The instruction in force changes at the switch frame, and stays changed.
+    k = ep.frame_instructions.index(ep.instruction)
+    assert ep.frame_instructions[:k] == [o["first_instruction"]] * k
+    assert set(ep.frame_instructions[k:]) == {ep.instruction}
+    assert (ep.stamps_ns[k] - ep.stamps_ns[0]) * 1e-9 == pytest.approx(0.6, abs=1e-6)
+    # Until the switch the tool heads for the first object; at the end it is at the new one.
+    tool = tool_positions(ep.joint_positions)[:, :2]
+    first, final = where[o["first_target"]], where[o["target"]]
+    assert np.linalg.norm(tool[k] - first) < np.linalg.norm(tool[0] - first) - 0.05
+    assert np.linalg.norm(tool[-1] - final) < 0.03

@@ -110,3 +110,18 @@ def test_relative_actions_normalise_offsets_from_the_state_of_each_frame():
     np.testing.assert_allclose(absolute[ACTION]["max"], 4.3, atol=1e-6)  # state 4 + 0.3
     np.testing.assert_allclose(relative[ACTION]["min"], 0.0, atol=1e-6)
     np.testing.assert_allclose(relative[ACTION]["max"], 0.3, atol=1e-6)
+
+
+def test_frames_before_an_instruction_switch_use_it_and_skip_the_grasp_labels():
+    from diffusion_policy_ros.learning.dataset import EpisodeDataset, episode_instructions
+    from diffusion_policy_ros.policy import features as keys
+    from diffusion_policy_ros.policy.configuration_diffusion import DiffusionPolicyConfig
+
+    ep = _episode([0.085, 0.085, 0.085, 0.0])
+    ep.frame_instructions = ["grab the blue cube"] * 2 + [ep.instruction] * 2
+    texts = episode_instructions([ep])
+    assert texts == {"grab the blue cube", "pick up the red cube"}
+    embeddings = {t: np.full(384, float(len(t))) for t in texts}
+    data = EpisodeDataset([ep], DiffusionPolicyConfig(), embeddings)
+    assert [float(data[i][keys.LANGUAGE][0]) for i in range(4)] == [18.0, 18.0, 20.0, 20.0]
+    assert [float(data[i][keys.GRASP_LABEL_WEIGHT]) for i in range(4)] == [0.0, 0.0, 1.0, 1.0]

@@ -1,11 +1,13 @@
 """dpr train: a tiny policy learns from collected bags; checkpoints resume exactly."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
 from PIL import Image
 
+from diffusion_policy_ros.learning.episode_bag import read_episode
 from diffusion_policy_ros.learning.train import _param_groups, train, warm_start
 from diffusion_policy_ros.learning.train_config import TrainConfig, load_train_config
 from diffusion_policy_ros.policy.checkpoint import load_checkpoint
@@ -143,3 +145,25 @@ def test_training_sets_the_arm_kinematics_of_the_tool_relative_target(demos, tin
     expected = TcpIk(load_model()).forward(q.numpy())[0]
     torch.testing.assert_close(policy.kinematics(q), torch.as_tensor(expected).float(),
                                atol=1e-5, rtol=0)
+
+
+def test_trains_on_several_directories_and_switched_instructions(demos, tiny, tmp_path):
+    from diffusion_policy_ros.learning.collect import SwitchConfig, collect
+
+    switched = tmp_path / "switched"
+    collect(1, switched, seed=40000, progress=False, switches=SwitchConfig())
+    tc = TrainConfig(steps=2, batch_size=4, warmup_steps=1, log_every=1, val_every=100,
+                     checkpoint_every=100, val_fraction=0.0, num_threads=2)
+    ckpt = train([demos, switched], DiffusionPolicyConfig(**tiny), tc, tmp_path / "run",
+                 progress=False)
+    _, meta = load_checkpoint(ckpt)
+    assert meta["dataset"]["id"] == f"{Path(demos).resolve()} + {switched.resolve()}"
+    extra = meta["extra"]
+    assert extra["train_episodes"] + extra["val_episodes"] == \
+        len(list(Path(demos).glob("episode_*"))) + 1
+    # Both instructions of the switched episode were embedded for training.
+    report = json.loads((switched / "collection_040000.json").read_text())
+    assert report["switches"] == {"earliest_s": 0.3, "latest_s": 1.5}
+    cached = json.loads((tmp_path / "run" / "language_cache.json").read_text())
+    first = read_episode(switched / "episode_040000").outcome["first_instruction"]
+    assert first in json.dumps(cached)

@@ -92,6 +92,10 @@ def test_policy_with_grounding_starts_as_without_and_trains_the_centre(make_conf
     near = {**far, keys.GRASP_APPROACH: torch.zeros(4)}  # tool already at the grasp
     torch.testing.assert_close(grounded.compute_loss({**batch, **near}, noise, steps),
                                unlabelled)
+    torch.manual_seed(0)  # before an instruction switch: labels of another object, unused
+    switched = {**far, keys.GRASP_LABEL_WEIGHT: torch.zeros(4)}
+    torch.testing.assert_close(grounded.compute_loss({**batch, **switched}, noise, steps),
+                               unlabelled)
     labelled.backward()
     assert grounded.grounding.key[0].weight.grad.abs().sum() > 0
     assert grounded.grounding.query.weight.grad.abs().sum() > 0

@@ -129,6 +129,27 @@ def test_clearance_sees_pads_on_the_finger_axis_and_the_housing_only_over_tall_o
     assert clearance_m(boxes, grasp, 0.0, []) == math.inf
 
 
+def test_expert_retargets_mid_approach_but_not_once_it_has_closed(env):
+    obs, info = env.reset(3)
+    target = info["task"].target
+    first = next(n for n in env.runtime.scene.object_names if n != target)
+    expert = ScriptedExpert(env.runtime.scene.model)
+    expert.reset(first)
+    with pytest.raises(ValueError):
+        expert.retarget("black_cube")
+    done = False
+    while not done:
+        if env.runtime.time_s >= 0.8 and expert.target == first:
+            expert.retarget(target)
+            assert expert.phase is Phase.PRE_GRASP
+        obs, _, terminated, truncated, info = env.step(expert.act(env.runtime.scene))
+        done = terminated or truncated
+        if expert.phase is Phase.LIFT:
+            with pytest.raises(RuntimeError, match="closed"):
+                expert.retarget(first)
+    assert info["task"].success, info["task"]
+
+
 def test_expert_needs_a_known_target(scene):
     expert = ScriptedExpert(scene.model, ExpertConfig())
     with pytest.raises(RuntimeError):
