@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Reproduce the shipped policy (checkpoints/grasp_unet) from nothing on a CPU machine:
-# collect 1200 expert demonstrations, train 3500 steps (config/train_grasp.yaml), train
-# 2000 more from there (config/train_grasp_warm.yaml), evaluate on the 100 held-out
-# seeds. About 2.5 hours on the 2-core dev machine: collection ~15 min, training 65 +
-# 37 min, evaluation ~25 min in one process. A step whose output exists is skipped, so
-# an interrupted run picks up where it stopped (a training run resumes from its last checkpoint).
-# Output: data/demos, runs/grasp_unet, runs/grasp_unet_cont (the shipped checkpoint is
-# runs/grasp_unet_cont/checkpoint) and runs/grasp_unet_cont/eval.json.
+# collect 1200 expert demonstrations and 400 with a switched instruction (the expert goes
+# for another object first and turns when told), train 3500 steps on the 1200
+# (config/train_grasp.yaml), train 2000 more from there on all 1600
+# (config/train_grasp_warm.yaml), evaluate on the 100 held-out seeds. About 2.5 hours on
+# the 2-core dev machine: collection ~15 + 6 min, training 65 + 34 min, evaluation
+# ~25 min in one process. A step whose output exists is skipped, so an interrupted run
+# picks up where it stopped (a training run resumes from its last checkpoint).
+# Output: data/demos, data/demos_switch, runs/grasp_unet, runs/grasp_unet_switch (the
+# shipped checkpoint is runs/grasp_unet_switch/checkpoint) and
+# runs/grasp_unet_switch/eval.json.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -18,8 +21,10 @@ finished() { grep -q '"final": true' "$1/checkpoint/metadata.json" 2>/dev/null; 
 finished runs/grasp_unet ||
   $dpr train --data data/demos --config config/policy_unet.yaml \
     --train-config config/train_grasp.yaml --out runs/grasp_unet --resume
-finished runs/grasp_unet_cont ||
-  $dpr train --data data/demos --config config/policy_unet.yaml \
-    --train-config config/train_grasp_warm.yaml --out runs/grasp_unet_cont --resume
-$dpr eval --checkpoint runs/grasp_unet_cont/checkpoint --episodes 100 --seed 5000 \
-  --report runs/grasp_unet_cont/eval.json
+[ -d data/demos_switch ] ||
+  $dpr collect --episodes 400 --out data/demos_switch --seed 40000 --switches
+finished runs/grasp_unet_switch ||
+  $dpr train --data data/demos data/demos_switch --config config/policy_unet.yaml \
+    --train-config config/train_grasp_warm.yaml --out runs/grasp_unet_switch --resume
+$dpr eval --checkpoint runs/grasp_unet_switch/checkpoint --episodes 100 --seed 5000 \
+  --report runs/grasp_unet_switch/eval.json

@@ -1,8 +1,9 @@
 """The shipped policy (checkpoints/grasp_unet) grasps what it is told, closed loop in MuJoCo.
 
 In-process ``dpr eval`` (the same perception, policy and tracker code as the nodes)
-on held-out seeds (the demonstrations used 1000-2199). The policy succeeds in 80 of
-the 100 episodes 5000-5099 (README "Shipped policy"; medoid of 8 sampled chunks), so
+on held-out seeds (the demonstrations used 1000-2199 and 40000-40399). The policy
+succeeds in 85 of the 100 episodes 5000-5099 (README "Shipped policy"; medoid of 8
+sampled chunks) and in 10 of 20 switched-instruction episodes 5000-5019, so
 these tests pin seeds where the 100-episode evaluations saw the behaviour; an episode
 is deterministic for its seed (layout, instruction, sampling noise), but CPUs may
 differ in the last bits of a float, so each test asks for a majority where it can.
@@ -47,7 +48,8 @@ def test_follows_the_words_not_a_prior_with_a_wrong_instruction():
 
 
 def test_drops_the_first_instruction_for_a_new_one():
-    """Another object named first, the episode's own 1 s later: the first-named object is
-    never lifted (seeds 5018-5023: none lifted; the new target neither, README)."""
-    outcomes = _run("switch", 2, 5020)
+    """Another object named first, the episode's own 1 s later: the new target is lifted
+    (seeds 5014-5016 all succeeded in the 20-episode run, README)."""
+    outcomes = _run("switch", 3, 5014)
+    assert sum(o.success for o in outcomes) >= 2, outcomes
     assert all(o.wrong_object is None for o in outcomes), outcomes
