@@ -48,7 +48,8 @@ def _bringup(args: argparse.Namespace) -> int:
 
     return bringup.run(bringup.Options(
         sim=args.sim, episodes=args.episodes, instruction=args.instruction,
-        checkpoint=args.checkpoint, seed=args.seed, out=args.out, device=args.device,
+        switch_after_s=args.switch_after, checkpoint=args.checkpoint, seed=args.seed,
+        out=args.out, device=args.device,
         num_inference_steps=args.num_inference_steps, ready_timeout_s=args.ready_timeout,
         namespace=args.namespace, use_sim_time=args.use_sim_time, rviz=args.rviz,
         sim_params=args.sim_param, sync_params=args.sync_param,
@@ -99,8 +100,9 @@ def _train(args: argparse.Namespace) -> int:
 def _eval_over_ros(args: argparse.Namespace) -> int:
     """``dpr eval --ros``: the same seeded episodes through the real nodes (``dpr bringup``)."""
     from diffusion_policy_ros.ros import bringup
+    from diffusion_policy_ros.sim.task import SWITCH_AFTER_S
 
-    if args.instructions != "task":
+    if args.instructions == "wrong":
         print("dpr eval: --ros scores the sim's own instruction; --instructions wrong runs "
               "in process only", file=sys.stderr)
         return 2
@@ -110,6 +112,7 @@ def _eval_over_ros(args: argparse.Namespace) -> int:
         return 2
     return bringup.run(bringup.Options(
         episodes=args.episodes, seed=args.seed, checkpoint=args.checkpoint,
+        switch_after_s=SWITCH_AFTER_S if args.instructions == "switch" else None,
         device=args.device, num_inference_steps=args.steps or 0, out=args.out))
 
 
@@ -304,6 +307,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "then stop; default: run until Ctrl-C / SIGTERM")
     up.add_argument("--instruction", help="publish this instruction (latched) instead of the "
                     "sim's, at start-up and after each reset")
+    up.add_argument("--switch-after", type=float, metavar="S",
+                    help="with --episodes: start each episode with another object's "
+                    "instruction and publish the episode's own after S s of sim time")
     up.add_argument("--checkpoint", help="policy checkpoint directory (default "
                     "checkpoints/grasp_unet in the repository)")
     up.add_argument("--seed", type=int, help="seed of the first measured episode (>= 1; "

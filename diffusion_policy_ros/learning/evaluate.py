@@ -39,11 +39,10 @@ from diffusion_policy_ros.sim.env import GraspEnv
 from diffusion_policy_ros.sim.ik import TcpIk
 from diffusion_policy_ros.sim.scene import JOINT_NAMES
 from diffusion_policy_ros.sim.sim_config import load_sim_config
-from diffusion_policy_ros.sim.task import TEMPLATES, GraspTask, other_task
+from diffusion_policy_ros.sim.task import SWITCH_AFTER_S, TEMPLATES, GraspTask, other_task
 from diffusion_policy_ros.viz.episode_media import EpisodeRecording, PathProjector
 
 INSTRUCTION_MODES = ("task", "wrong", "switch")
-SWITCH_AFTER_S = 1.0
 
 
 @dataclasses.dataclass

@@ -53,6 +53,13 @@ would race after each reset) and this process publishes TEXT on
 ``instruction`` (reliable, transient local) at start-up and after each reset.
 The sim still scores its own target, so an instruction naming another object
 should end in wrong_object (or timeout).
+
+``--switch-after S`` (with ``--episodes``) changes the instruction mid-episode
+through the nodes, as ``dpr eval --instructions switch`` does in process: after
+each reset this process publishes an instruction for another object (the same
+one ``dpr eval`` picks for the seed) and, S seconds of sim time later, the
+episode's own (sim_node again with ``publish_instruction:=false``). Success
+means the policy dropped the first target for the new one.
 """
 
 from __future__ import annotations
@@ -108,6 +115,7 @@ class Options:
     sim: bool = True
     episodes: int | None = None
     instruction: str | None = None
+    switch_after_s: float | None = None
     checkpoint: str | None = None
     seed: int | None = None
     out: str | None = None
@@ -177,7 +185,7 @@ def node_specs(opts: Options, checkpoint: str, rviz_dir: Path | None = None) -> 
     sim_args = ["-p", f"publish_clock:={sim_time}"]
     if opts.episodes is not None:
         sim_args += ["-p", "auto_reset:=false"]  # only this process starts episodes
-    if opts.instruction is not None:
+    if opts.instruction is not None or opts.switch_after_s is not None:
         sim_args += ["-p", "publish_instruction:=false"]
     if opts.seed is not None:
         sim_args += ["-p", f"seed:={opts.seed - 1}"]
@@ -223,6 +231,13 @@ def validate(opts: Options) -> str:
                            "counted) takes seed S-1")
     if opts.instruction is not None and not opts.instruction.strip():
         raise BringupError("--instruction must not be empty")
+    if opts.switch_after_s is not None:
+        if opts.episodes is None:
+            raise BringupError("--switch-after needs --episodes (it acts on each episode)")
+        if opts.instruction is not None:
+            raise BringupError("--switch-after and --instruction exclude each other")
+        if opts.switch_after_s <= 0.0:
+            raise BringupError("--switch-after must be > 0 s")
     if opts.num_inference_steps < 0:
         raise BringupError("--num-inference-steps must be >= 0 (0 = the checkpoint's)")
     for pair in (*opts.sim_params, *opts.sync_params, *opts.policy_params, *opts.tracker_params):
@@ -573,6 +588,9 @@ def _run_episodes(mon: Monitor, opts: Options, records: list[dict]) -> None:
             report = mon.episodes.get(number)
             return report is not None and report["status"] != "running"
 
+        first = None
+        if opts.switch_after_s is not None:
+            first = _switch_instruction(mon, number, opts.switch_after_s, ended, wall_limit_s)
         if not mon.spin_until(ended, wall_limit_s):
             raise Stop(f"episode {number} did not end within {wall_limit_s:.0f} s "
                        f"(time_limit_s {limit_s:g})")
@@ -584,6 +602,7 @@ def _run_episodes(mon: Monitor, opts: Options, records: list[dict]) -> None:
             "instruction": opts.instruction if opts.instruction is not None
             else report["instruction"],
             "sim_instruction": report["instruction"],
+            **({"first_instruction": first} if first is not None else {}),
             "wrong_object": report["wrong_object"], "elapsed_s": report["elapsed_s"],
             "wall_s": round(time.monotonic() - start, 3), "chunks": len(lat),
             "chunk_latency_ms": percentiles(lat),
@@ -595,10 +614,45 @@ def _run_episodes(mon: Monitor, opts: Options, records: list[dict]) -> None:
                       f"{record['target']}), ROS graph",
                 caption=f"'{record['instruction']}': {record['status']}")
         records.append(record)
+        told = f"'{record['instruction']}'" if first is None \
+            else f"'{first}', then '{record['instruction']}'"
         print(f"episode {index + 1}/{opts.episodes} (seed {record['seed']}, "
-              f"'{record['instruction']}' -> {record['target']}): {record['status']} after "
+              f"{told} -> {record['target']}): {record['status']} after "
               f"{record['elapsed_s']:.2f} s sim, {record['wall_s']:.1f} s wall, "
               f"{record['chunks']} chunks", flush=True)
+
+
+def _give_startup_episode_its_instruction(mon: Monitor, timeout_s: float) -> None:
+    """With ``--switch-after`` sim_node publishes no instruction: without this the policy
+    would wait for one and no chunk would flow before the first measured episode."""
+    if not mon.spin_until(lambda: bool(mon.episodes), timeout_s):
+        raise Stop(f"no sim/episode report from sim_node within {timeout_s:.0f} s")
+    mon.publish_instruction(mon.episodes[max(mon.episodes)]["instruction"])
+
+
+def _switch_instruction(mon: Monitor, number: int, after_s: float, ended,
+                        wall_limit_s: float) -> str:
+    """Publish another object's instruction now and the episode's own ``after_s`` of
+    sim time later (unless the episode ended first); returns the first one."""
+    from diffusion_policy_ros.sim.scene import find_objects, load_model
+    from diffusion_policy_ros.sim.task import other_task
+
+    if not mon.spin_until(lambda: number in mon.episodes, 30.0):
+        raise Stop(f"no sim/episode report for episode {number}")
+    report = mon.episodes[number]
+    names = [o.name for o in find_objects(load_model())]
+    rng = np.random.default_rng([int(report["seed"]), 7])  # dpr eval's choice for the seed
+    first = other_task(report["target"], names, rng).instruction
+    mon.publish_instruction(first)
+    t0_ns = mon.node.get_clock().now().nanoseconds  # sim time with --use-sim-time
+
+    def due() -> bool:
+        return ended() or (mon.node.get_clock().now().nanoseconds - t0_ns) * 1e-9 >= after_s
+
+    mon.spin_until(due, wall_limit_s)
+    if not ended():
+        mon.publish_instruction(report["instruction"])
+    return first
 
 
 def _run_forever(mon: Monitor) -> None:
@@ -650,6 +704,8 @@ def run(opts: Options) -> int:
                       namespace=opts.namespace.strip("/"), use_sim_time=opts.use_sim_time)
         if opts.instruction is not None:
             mon.publish_instruction(opts.instruction)
+        if opts.switch_after_s is not None:
+            _give_startup_episode_its_instruction(mon, opts.ready_timeout_s)
         _wait_ready(mon, [s.name for s in specs if s.ours], opts.ready_timeout_s,
                     required=opts.episodes is not None)
         if opts.episodes is None:

@@ -97,6 +97,11 @@ class GraspTask:
     instruction: str
 
 
+SWITCH_AFTER_S = 1.0
+"""Sim time (s) after the episode start at which ``dpr eval --instructions switch`` (in
+process or ``--ros``) replaces the first, other object's instruction by the task's."""
+
+
 def other_task(target: str, object_names: Sequence[str], rng: np.random.Generator) -> GraspTask:
     """A task for a uniformly chosen object other than ``target`` (a wrong or a first,
     later replaced, instruction)."""
