@@ -145,7 +145,7 @@ def record_episode(env: GraspEnv, expert: ScriptedExpert, seed: int, path: Path,
         while not done:
             stamp = _ns(obs["stamp_s"])
             if switch is not None and switch.due(obs["stamp_s"], expert.phase):
-                if expert.phase in _PUSHED_PHASES:  # else it closed on the first: a failure
+                if expert.can_retarget:  # else it closed on the first object: a failure
                     expert.retarget(task.target)
                 bag.instruction(stamp, task.instruction)
                 switch.done_s = obs["stamp_s"]

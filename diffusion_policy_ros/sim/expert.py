@@ -161,12 +161,17 @@ class ScriptedExpert:
         self._phase_start_s = None
         self._goals = None
 
+    @property
+    def can_retarget(self) -> bool:
+        """The gripper has not started closing on the current target."""
+        return self.phase in (Phase.PRE_GRASP, Phase.DESCEND)
+
     def retarget(self, target: str) -> None:
         """Go for ``target`` instead, from wherever the arm is (a new instruction
-        mid-episode); only before the gripper closes on the first one."""
+        mid-episode); only while ``can_retarget``."""
         if target not in self._objects:
             raise ValueError(f"unknown object '{target}', expected one of {list(self._objects)}")
-        if self.phase not in (Phase.PRE_GRASP, Phase.DESCEND):
+        if not self.can_retarget:
             raise RuntimeError(f"cannot retarget in phase {self.phase}: the gripper has closed")
         self.target = target
         self.phase = Phase.PRE_GRASP

@@ -120,8 +120,12 @@ def test_sync_node_pairs_kinect_stream_and_survives_bad_input(ros, sync_node):
     if stamps[16] not in measured:  # frame 16 lost in transport: reordered 15 is then on time
         allowed.add(stamps[15])
     assert measured <= allowed and {s for s in images if s > t_warm} == measured
-    assert len(missing) <= 2, (f"missing frames {missing}, diagnostics {latest_diagnostics()}\n"
-                               + sync_node.log())
+    # A stall of one subscription longer than max_age_s also drops pairs, by design and
+    # counted (drops_late, drops_unmatched_depth): those may account for a few more.
+    diag = latest_diagnostics()
+    counted = int(diag.get("drops_late", 0)) + int(diag.get("drops_unmatched_depth", 0))
+    assert len(missing) <= max(2, min(5, counted)), (
+        f"missing frames {missing}, diagnostics {diag}\n" + sync_node.log())
 
     scene = feed.kinect.scene
     for stamp in measured:
