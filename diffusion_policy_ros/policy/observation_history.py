@@ -192,11 +192,6 @@ class ObservationHistory:
                 del self._js_stamps[:cut], self._js_rows[:cut]
         return ""
 
-    def clear(self) -> None:
-        with self._lock:
-            self._clear_camera()
-            self._js_stamps, self._js_rows = [], []
-
     def restart(self, start_ns: int) -> None:
         """Forget everything; from now on ignore inputs stamped before ``start_ns``."""
         with self._lock:

@@ -573,6 +573,11 @@ def _run_episodes(mon: Monitor, opts: Options, records: list[dict]) -> None:
     wall_limit_s = 5.0 * limit_s / rtf + 60.0
     if not mon.spin_until(mon.reset_client.service_is_ready, 30.0):
         raise Stop("service /sim_node/reset not available")
+    object_names: list[str] = []
+    if opts.switch_after_s is not None:
+        from diffusion_policy_ros.sim.scene import find_objects, load_model
+
+        object_names = [o.name for o in find_objects(load_model())]
     for index in range(opts.episodes):
         known = max(mon.episodes, default=0)
         message = mon.reset()
@@ -590,7 +595,8 @@ def _run_episodes(mon: Monitor, opts: Options, records: list[dict]) -> None:
 
         first = None
         if opts.switch_after_s is not None:
-            first = _switch_instruction(mon, number, opts.switch_after_s, ended, wall_limit_s)
+            first = _switch_instruction(mon, number, object_names, opts.switch_after_s, ended,
+                                        wall_limit_s)
         if not mon.spin_until(ended, wall_limit_s):
             raise Stop(f"episode {number} did not end within {wall_limit_s:.0f} s "
                        f"(time_limit_s {limit_s:g})")
@@ -630,19 +636,17 @@ def _give_startup_episode_its_instruction(mon: Monitor, timeout_s: float) -> Non
     mon.publish_instruction(mon.episodes[max(mon.episodes)]["instruction"])
 
 
-def _switch_instruction(mon: Monitor, number: int, after_s: float, ended,
-                        wall_limit_s: float) -> str:
+def _switch_instruction(mon: Monitor, number: int, object_names: list[str], after_s: float,
+                        ended, wall_limit_s: float) -> str:
     """Publish another object's instruction now and the episode's own ``after_s`` of
     sim time later (unless the episode ended first); returns the first one."""
-    from diffusion_policy_ros.sim.scene import find_objects, load_model
     from diffusion_policy_ros.sim.task import other_task
 
     if not mon.spin_until(lambda: number in mon.episodes, 30.0):
         raise Stop(f"no sim/episode report for episode {number}")
     report = mon.episodes[number]
-    names = [o.name for o in find_objects(load_model())]
     rng = np.random.default_rng([int(report["seed"]), 7])  # dpr eval's choice for the seed
-    first = other_task(report["target"], names, rng).instruction
+    first = other_task(report["target"], object_names, rng).instruction
     mon.publish_instruction(first)
     t0_ns = mon.node.get_clock().now().nanoseconds  # sim time with --use-sim-time
 
