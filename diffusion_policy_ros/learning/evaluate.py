@@ -39,7 +39,12 @@ from diffusion_policy_ros.sim.env import GraspEnv
 from diffusion_policy_ros.sim.ik import TcpIk
 from diffusion_policy_ros.sim.scene import JOINT_NAMES
 from diffusion_policy_ros.sim.sim_config import load_sim_config
-from diffusion_policy_ros.sim.task import SWITCH_AFTER_S, TEMPLATES, GraspTask, other_task
+from diffusion_policy_ros.sim.task import (
+    SWITCH_AFTER_S,
+    TEMPLATES,
+    GraspTask,
+    wrong_instruction,
+)
 from diffusion_policy_ros.viz.episode_media import EpisodeRecording, PathProjector
 
 INSTRUCTION_MODES = ("task", "wrong", "switch")
@@ -112,8 +117,7 @@ def run_policy_episode(env: GraspEnv, runner: PolicyRunner, seed: int,
     task = info["task"]
     instruction = task.instruction
     if instruction_mode in ("wrong", "switch"):
-        rng = np.random.default_rng([seed, 7])
-        instruction = other_task(task.target, env.runtime.scene.object_names, rng).instruction
+        instruction = wrong_instruction(task.target, env.runtime.scene.object_names, seed)
         obs, info = env.reset(seed, task=GraspTask(task.target, instruction))
     n_obs = runner.config.n_obs_steps
     history = collections.deque([obs] * n_obs, maxlen=n_obs)

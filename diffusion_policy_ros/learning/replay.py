@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from diffusion_policy_ros.config import SHIPPED_CHECKPOINT
+from diffusion_policy_ros.learning.dataset import episode_instructions
 from diffusion_policy_ros.learning.episode_bag import JOINT_NAMES, EpisodeRecord, read_episode
 
 REPORT_FILE = "report.json"
@@ -290,7 +291,7 @@ def replay(options: ReplayOptions) -> ReplayResult:
                "joint_positions": episode.joint_positions[i].astype(np.float32)}
               for i in range(len(episode))]
     predicted, latency, stages = [], [], []
-    for text in {episode.instruction, *episode.frame_instructions}:
+    for text in episode_instructions([episode]):
         runner.language.embed(text)  # load the encoder and cache outside the timing
     for n, i in enumerate(queries):
         history = [frames[k] for k in history_indices(episode.stamps_ns, i,

@@ -640,13 +640,12 @@ def _switch_instruction(mon: Monitor, number: int, object_names: list[str], afte
                         ended, wall_limit_s: float) -> str:
     """Publish another object's instruction now and the episode's own ``after_s`` of
     sim time later (unless the episode ended first); returns the first one."""
-    from diffusion_policy_ros.sim.task import other_task
+    from diffusion_policy_ros.sim.task import wrong_instruction
 
     if not mon.spin_until(lambda: number in mon.episodes, 30.0):
         raise Stop(f"no sim/episode report for episode {number}")
     report = mon.episodes[number]
-    rng = np.random.default_rng([int(report["seed"]), 7])  # dpr eval's choice for the seed
-    first = other_task(report["target"], object_names, rng).instruction
+    first = wrong_instruction(report["target"], object_names, int(report["seed"]))
     mon.publish_instruction(first)
     t0_ns = mon.node.get_clock().now().nanoseconds  # sim time with --use-sim-time
 

@@ -110,6 +110,12 @@ def other_task(target: str, object_names: Sequence[str], rng: np.random.Generato
     return GraspTask(other, instruction_for(other, rng))
 
 
+def wrong_instruction(target: str, object_names: Sequence[str], seed: int) -> str:
+    """The other object's instruction ``dpr eval --instructions wrong | switch`` gives
+    episode ``seed`` (in process and through the nodes alike)."""
+    return other_task(target, object_names, np.random.default_rng([seed, 7])).instruction
+
+
 def sample_task(object_names: Sequence[str], rng: np.random.Generator) -> GraspTask:
     """A uniformly chosen target among ``object_names`` and a random instruction for it."""
     target = object_names[rng.integers(len(object_names))]
