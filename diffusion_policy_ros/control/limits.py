@@ -79,8 +79,15 @@ class ReferenceLimiter:
         self.saturated = False
         """Last step changed the requested motion (limit or acceleration bound active)."""
 
-    def reset(self, position: Sequence[float], velocity: Sequence[float] | None = None) -> None:
-        """Start from ``position`` (clamped into limits), ``velocity`` clamped, at rest if None."""
+    def reset(self, position: Sequence[float], velocity: Sequence[float] | None = None,
+              dt: float | None = None) -> None:
+        """Start from ``position`` (clamped into limits), ``velocity`` clamped, at rest if None.
+
+        With the step period ``dt`` the velocity is also clamped to what can still brake
+        inside the position limits: a measured arm moving fast towards a nearby limit
+        would otherwise leave the reference only the last-resort clamp at the limit,
+        beyond the acceleration limit (hypothesis found it after a push and resync).
+        """
         self.position = [min(hi, max(lo, float(x)))
                          for x, lo, hi in zip(position, self.lower, self.upper, strict=True)]
         if velocity is None:
@@ -88,6 +95,11 @@ class ReferenceLimiter:
         else:
             self.velocity = [min(vm, max(-vm, float(v)))
                              for v, vm in zip(velocity, self.vmax, strict=True)]
+            if dt is not None:
+                self.velocity = [
+                    min(stopping_speed(hi - x, ab, dt), max(-stopping_speed(x - lo, ab, dt), v))
+                    for x, v, lo, hi, ab in zip(self.position, self.velocity, self.lower,
+                                                self.upper, self.abrake, strict=True)]
         self.acceleration = [0.0] * self.n
 
     def step(self, dt: float, target_pos: Sequence[float], target_vel: Sequence[float]) -> None:

@@ -133,7 +133,7 @@ class PdTracker:
         if self.mode is TrackerMode.HOLDING:
             tol = self.config.resume_resync_tolerance
             if any(abs(a - b) > tol for a, b in zip(self._q, lim.position, strict=True)):
-                lim.reset(self._q, self._qd)
+                lim.reset(self._q, self._qd, 1.0 / self.config.rate_hz)
                 self.resyncs += 1
             self.mode = TrackerMode.TRACKING
         start = ReferenceState(self._last_tick_s, list(lim.position), list(lim.velocity),
@@ -243,7 +243,7 @@ class PdTracker:
         while the arm is in fault), so its command never jumps; ``reseed_gripper`` (a
         path abort) restarts it at the measured opening too.
         """
-        self.limiter.reset(q, qd)
+        self.limiter.reset(q, qd, 1.0 / self.config.rate_hz)
         if (reseed_gripper or self.gripper.opening is None) and gripper_opening_m is not None:
             self.gripper.reset(gripper_opening_m)
         self.mode = TrackerMode.HOLDING

@@ -159,3 +159,18 @@ def test_pd_effort_law_feedforward_and_saturation():
 
 def test_saturate():
     assert saturate([3.0, -3.0, 0.5], [1.0, 2.0, 1.0]) == [1.0, -2.0, 0.5]
+
+
+def test_a_reset_moving_towards_a_near_limit_keeps_only_a_speed_it_can_brake_from():
+    """A resync after a push: the arm 8.5 cm from the limit at 1.36 rad/s (found by the
+    tracker property test); the reference must still stop inside within a_max."""
+    lim = ReferenceLimiter([-0.95], [0.95], [2.0], [10.0], 0.9)
+    lim.reset([0.865], [1.357], dt=H)
+    assert lim.velocity[0] == pytest.approx(stopping_speed(0.085, 9.0, H))
+    prev = lim.velocity[0]
+    for _ in range(200):
+        lim.step(H, [0.95], [0.0])
+        assert lim.position[0] <= 0.95 and abs(lim.velocity[0] - prev) <= 10.0 * H * (1 + 1e-9)
+        prev = lim.velocity[0]
+    lim.reset([0.0], [1.357], dt=H)
+    assert lim.velocity == [1.357]  # far from the limits: the measured velocity is kept
