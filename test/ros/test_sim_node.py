@@ -35,6 +35,7 @@ class SimHarness:
         self.joint_states = []  # (stamp_ns, wall_s, positions, efforts)
         self.frames = {}  # stamp_ns -> {"rgb": Image, "depth": Image, "info": CameraInfo}
         self.frame_wall_s = []
+        self.frame_stamps_ns = []
         self.diags, self.episodes, self.instructions, self.clock = [], [], [], []
         node.create_subscription(JointState, "joint_states", self._on_joint_states,
                                  QoSProfile(depth=1000))
@@ -71,6 +72,7 @@ class SimHarness:
         self.frames.setdefault(stamp, {})[key] = msg
         if key == "rgb":
             self.frame_wall_s.append(time.monotonic())
+            self.frame_stamps_ns.append(stamp)
         while len(self.frames) > 8:  # 1.4 MB a frame: keep the last few
             del self.frames[min(self.frames)]
 
@@ -246,6 +248,15 @@ def test_sim_node_streams_obeys_commands_and_resets(ros, sim_node):
     assert h.value("commands_stale") == "true", "rejected commands must not refresh the watchdog"
     assert sim_node.alive(), log()
     assert "rejected arm command (wrong_length)" in log()
+    # A flood of one bad command is counted in full but logged at most once per 2 s.
+    key, line = "rejected_effort_wrong_length", "rejected arm command (wrong_length)"
+    before, lines_before, t0 = int(h.value(key)), log().count(line), time.monotonic()
+    for _ in range(20):
+        h.effort([1.0, 2.0, 3.0])
+        ros.spin_for(0.01)
+    ros.spin_until(lambda: int(h.value(key)) >= before + 10, 5.0,
+                   lambda: f"flood counted: {h.diagnostics()}")
+    assert log().count(line) - lines_before <= 1 + (time.monotonic() - t0) / 2.0, log()
 
     # ~/reset: next seed, new instruction (latched), episode time restarts, arm back home.
     episode_time = float(h.value("episode_time_s"))
@@ -285,7 +296,7 @@ def test_sim_clock_runs_at_real_time_factor_and_episodes_auto_reset(ros, start_n
         "-p", "use_sim_time:=true", "-p", "publish_clock:=true", "-p", "real_time_factor:=2.0",
         "-p", "resolution:=[320, 180]", "-p", "time_limit_s:=1.0", "-p", "auto_reset:=true",
         "-p", "diagnostics_period_s:=0.5"])
-    h = SimHarness(ros, camera=False)
+    h = SimHarness(ros)
     ros.spin_until(lambda: len(h.clock) > 10 and len(h.joint_states) > 10, 30.0,
                    lambda: "/clock:\n" + node.log())
 
@@ -305,12 +316,37 @@ def test_sim_clock_runs_at_real_time_factor_and_episodes_auto_reset(ros, start_n
     assert abs(h.joint_states[-1][0] - h.clock[-1][1]) < 0.2e9
     stamps = [s for s, *_ in h.joint_states]
     assert all(b > a for a, b in zip(stamps, stamps[1:], strict=False))
+    # Rates hold in sim time: joint_states every 2 ms and camera frames every 33.3 ms of
+    # /clock (so 1000 and 60 a wall second at 2x).
+    # Frame stamps fall on 2 ms physics steps (34, 34, 32 ms, ...).
+    for name, got, period_ms, tol_ms in (("joint_states", stamps, 2.0, 0.05),
+                                         ("camera", h.frame_stamps_ns, 1000.0 / 30.0, 2.0)):
+        got = np.asarray(got[-200:], dtype=np.int64)
+        steps_ms = np.diff(got) * 1e-6
+        per_sim_s = (len(got) - 1) / ((got[-1] - got[0]) * 1e-9)
+        assert len(got) > 20 and np.median(steps_ms) == pytest.approx(period_ms, abs=tol_ms), \
+            (name, np.median(steps_ms))
+        assert 0.8 * 1000.0 / period_ms < per_sim_s <= 1000.0 / period_ms + 1.0, (name, per_sim_s)
     # 1 s episodes at 2x: each times out and the next one starts by itself.
     ros.spin_until(lambda: h.episodes[-1]["episode"] >= 3, 10.0,
                    lambda: f"auto reset: {h.episodes}")
     ended = [e for e in h.episodes if e["status"] != "running"]
     assert ended and all(e["status"] == "timeout" and e["elapsed_s"] >= 1.0 for e in ended)
     assert len(h.instructions) >= 2
+    assert node.alive(), node.log()
+
+
+def test_instruction_is_not_published_when_told_not_to(ros, start_node):
+    """publish_instruction:=false: the instruction comes from a person (ros2 topic pub);
+    the episode report still names the task so results can be scored."""
+    node = start_node("diffusion_policy_ros.ros.sim_node", SIM_PARAMS + [
+        "-p", "publish_instruction:=false", "-p", "resolution:=[320, 180]",
+        "-p", "time_limit_s:=0.3", "-p", "auto_reset:=true"])
+    h = SimHarness(ros, camera=False)
+    ros.spin_until(lambda: h.episodes and h.episodes[-1]["episode"] >= 3, 30.0,
+                   lambda: f"episodes: {h.episodes}\n{node.log()}")
+    assert h.instructions == []
+    assert all(e["instruction"] and e["target"] for e in h.episodes), h.episodes
     assert node.alive(), node.log()
 
 
