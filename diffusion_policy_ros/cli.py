@@ -57,7 +57,8 @@ def _bringup(args: argparse.Namespace) -> int:
 
 
 def _collect(args: argparse.Namespace) -> int:
-    from diffusion_policy_ros.learning.collect import SwitchConfig, collect
+    from diffusion_policy_ros.learning.collect import RecoveryConfig, SwitchConfig, collect
+    from diffusion_policy_ros.policy.checkpoint import CheckpointError
     from diffusion_policy_ros.sim.pushes import PushConfig
     from diffusion_policy_ros.sim.sim_config import load_sim_config
 
@@ -65,8 +66,10 @@ def _collect(args: argparse.Namespace) -> int:
     try:
         report = collect(args.episodes, args.out, seed=args.seed, raw_camera=args.raw_camera,
                          config=config, pushes=PushConfig() if args.pushes else None,
-                         switches=SwitchConfig() if args.switches else None)
-    except FileExistsError as exc:
+                         switches=SwitchConfig() if args.switches else None,
+                         recovery=(RecoveryConfig(args.recover_from) if args.recover_from
+                                   else None))
+    except (FileExistsError, CheckpointError) as exc:
         print(f"dpr collect: {exc}", file=sys.stderr)
         return 2
     print(report.summary())
@@ -113,7 +116,8 @@ def _eval_over_ros(args: argparse.Namespace) -> int:
     return bringup.run(bringup.Options(
         episodes=args.episodes, seed=args.seed, checkpoint=args.checkpoint,
         switch_after_s=SWITCH_AFTER_S if args.instructions == "switch" else None,
-        device=args.device, num_inference_steps=args.steps or 0, out=args.out))
+        device=args.device, num_inference_steps=args.steps or 0, out=args.out,
+        sim_params=["depth_noise:=true"] if args.depth_noise else []))
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -124,7 +128,7 @@ def _eval(args: argparse.Namespace) -> int:
     summary, outcomes = evaluate(args.checkpoint, args.episodes, args.seed,
                                  args.instructions, args.device, args.steps,
                                  media_dir=args.out, fresh_noise=args.fresh_noise,
-                                 num_samples=args.samples)
+                                 num_samples=args.samples, depth_noise=args.depth_noise)
     print(json.dumps(summary, indent=2))
     if args.report:
         write_report(args.report, summary, outcomes)
@@ -178,6 +182,10 @@ def build_parser() -> argparse.ArgumentParser:
     collect.add_argument("--switches", action="store_true",
                          help="start every episode with an instruction for another object "
                          "and switch to its own during the approach (the expert turns)")
+    collect.add_argument("--recover-from", metavar="CHECKPOINT",
+                         help="DAgger-style: this policy drives first (unrecorded) until a "
+                         "random instant or until it starts closing the gripper, then the "
+                         "expert takes over and only its corrections are recorded")
     collect.add_argument("--config", help="sim params file (default config/sim.yaml)")
     collect.set_defaults(func=_collect)
 
@@ -216,6 +224,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluation.add_argument("--out", help="write per-episode GIF (camera view + predicted "
                             "end-effector path) and PNG plot (references vs measured joints, "
                             "chunk latency) into this directory")
+    evaluation.add_argument("--depth-noise", action="store_true", help="turn on the simulated "
+                            "Kinect's time-of-flight depth noise and dropouts (robustness)")
     evaluation.add_argument("--fresh-noise", action="store_true", help="new initial noise "
                             "for every chunk (default: the same noise, seeded per episode)")
     evaluation.add_argument("--ros", action="store_true", help="run the episodes through the "

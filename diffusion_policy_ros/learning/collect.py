@@ -25,10 +25,18 @@ the gripper closes; the expert turns to the new target from wherever the arm
 is. The bag holds both instructions with their stamps (training reads the one
 in force at each frame), the outcome the first instruction and the switch
 time. These teach the policy to drop a target when told to (issue 6).
+
+With ``recovery`` (DAgger-style, ``RecoveryConfig``) a trained policy drives
+the arm first (with ``switches`` through the same instruction switch), until
+a random instant or until it starts closing the gripper; then the expert
+takes over from wherever the policy left the arm (``ScriptedExpert.take_over``)
+and only the expert's part is recorded: corrections from the states the
+policy itself reaches, such as hovering near the target without descending.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import shutil
@@ -42,6 +50,7 @@ from diffusion_policy_ros.learning.episode_bag import JOINT_NAMES, EpisodeBagWri
 from diffusion_policy_ros.sim.env import GraspEnv
 from diffusion_policy_ros.sim.expert import ExpertConfig, Phase, ScriptedExpert
 from diffusion_policy_ros.sim.pushes import ArmPushes, PushConfig
+from diffusion_policy_ros.sim.scene import GRIPPER_OPEN_M
 from diffusion_policy_ros.sim.sim_config import SimConfig, load_sim_config
 from diffusion_policy_ros.sim.task import GraspTask, other_task
 
@@ -82,6 +91,8 @@ class CollectionReport:
 _PUSHED_PHASES = (Phase.PRE_GRASP, Phase.DESCEND)
 _PUSH_STREAM = 3  # random stream of the pushes, apart from the layout's and the task's
 _SWITCH_STREAM = 4
+_RECOVERY_STREAM = 5
+_CLOSING_LOOKAHEAD = 2  # chunk points the tracker reaches before the next chunk (0.2 s)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,6 +106,25 @@ class SwitchConfig:
     def __post_init__(self):
         if not 0.0 <= self.earliest_s <= self.latest_s:
             raise ValueError(f"need 0 <= earliest_s <= latest_s, got {self}")
+
+
+@dataclasses.dataclass(frozen=True)
+class RecoveryConfig:
+    """The policy that drives before the expert takes over, and when it hands over: at a
+    uniform instant in [earliest_s, latest_s] after the episode start (after the
+    instruction switch with ``switches``), or as soon as its commanded gripper opening
+    falls ``closing_m`` below open within the next 0.2 s."""
+
+    checkpoint: str
+    earliest_s: float = 0.5
+    latest_s: float = 5.0
+    closing_m: float = 0.01
+
+    def __post_init__(self):
+        if not 0.0 <= self.earliest_s <= self.latest_s:
+            raise ValueError(f"need 0 <= earliest_s <= latest_s, got {self}")
+        if self.closing_m <= 0.0:
+            raise ValueError(f"closing_m must be > 0, got {self.closing_m}")
 
 
 class _InstructionSwitch:
@@ -112,24 +142,84 @@ class _InstructionSwitch:
         return self.done_s is None and (now_s >= self.at_s - 1e-9 or phase is Phase.DESCEND)
 
 
+class _PolicyPrefix:
+    """The policy's unrecorded part of a recovery episode (``RecoveryConfig``)."""
+
+    def __init__(self, config: RecoveryConfig, runner, seed: int):
+        self.config = config
+        self.runner = runner
+        self.seed = seed
+        self.handover_s: float | None = None
+        self.reason = ""
+
+    def drive(self, env: GraspEnv, obs: dict, task: GraspTask,
+              switch: _InstructionSwitch | None) -> tuple[dict, dict | None]:
+        """Step the policy until the hand-over; (observation there, the step info if the
+        episode ended first, else None)."""
+        c = self.config
+        rng = np.random.default_rng([_RECOVERY_STREAM, self.seed])
+        start_s = switch.at_s if switch is not None else obs["stamp_s"]
+        handover_at_s = start_s + rng.uniform(c.earliest_s, c.latest_s)
+        history = collections.deque([obs] * self.runner.config.n_obs_steps,
+                                    maxlen=self.runner.config.n_obs_steps)
+        instruction = switch.first.instruction if switch is not None else task.instruction
+        while True:
+            now_s = obs["stamp_s"]
+            if switch is not None and switch.done_s is None and now_s >= switch.at_s - 1e-9:
+                instruction, switch.done_s = task.instruction, now_s
+            if now_s >= handover_at_s - 1e-9:
+                self.reason = "time"
+                break
+            chunk = self.runner.predict(list(history), instruction, seed=self.seed)
+            if chunk[:_CLOSING_LOOKAHEAD, 6].min() < GRIPPER_OPEN_M - c.closing_m:
+                self.reason = "closing"
+                break
+            obs, _, terminated, truncated, info = env.step(chunk, now_s)
+            history.append(obs)
+            if terminated or truncated:
+                self.reason = "ended"
+                return obs, info
+        self.handover_s = obs["stamp_s"]
+        return obs, None
+
+
 def record_episode(env: GraspEnv, expert: ScriptedExpert, seed: int, path: Path,
                    raw_camera: bool, pushes: PushConfig | None = None,
-                   switches: SwitchConfig | None = None) -> tuple[bool, float]:
+                   switches: SwitchConfig | None = None,
+                   prefix: _PolicyPrefix | None = None) -> tuple[bool, float]:
     """Run and record one episode; returns (success, episode sim time s)."""
     obs, info = env.reset(seed)
     task = info["task"]
+    start_s = obs["stamp_s"]
     switch = None
     if switches is not None:
         switch = _InstructionSwitch(switches, task.target, env.runtime.scene.object_names,
                                     seed, obs["stamp_s"])
         obs, info = env.reset(seed, task=GraspTask(task.target, switch.first.instruction))
-    expert.reset(switch.first.target if switch else task.target)
+    if prefix is not None:
+        obs, ended = prefix.drive(env, obs, task, switch)
+        if ended is not None:
+            with EpisodeBagWriter(path, raw_camera=raw_camera) as bag:
+                state = ended["task"]
+                bag.outcome(_ns(env.runtime.time_s), {
+                    "seed": seed, "target": state.target, "success": False,
+                    "wrong_object": state.wrong_object, "timed_out": state.timed_out,
+                    "episode_time_s": state.elapsed_s, "recovery": "the policy ended the "
+                    "episode before the hand-over"})
+            return False, state.elapsed_s
+        if switch is not None and switch.done_s is None:  # it closed before the switch
+            switch.done_s = obs["stamp_s"]
+        expert.take_over(task.target, env.runtime.scene)
+        first_phase = str(expert.phase)
+    else:
+        expert.reset(switch.first.target if switch else task.target)
     push = None
     if pushes is not None:
         push = ArmPushes(pushes, env.runtime.tracker_config.kp, seed=[_PUSH_STREAM, seed],
                          start_s=obs["stamp_s"])
     with EpisodeBagWriter(path, raw_camera=raw_camera) as bag:
-        bag.instruction(_ns(obs["stamp_s"]), obs["instruction"])
+        bag.instruction(_ns(obs["stamp_s"]),
+                        task.instruction if prefix is not None else obs["instruction"])
 
         def after_physics_step(runtime) -> None:
             """Record joint_states at the physics rate; set the next push torque."""
@@ -169,6 +259,10 @@ def record_episode(env: GraspEnv, expert: ScriptedExpert, seed: int, path: Path,
                         "first_target": switch.first.target,
                         "switch_s": None if switch.done_s is None
                         else round(switch.done_s - switch.start_s, 3)}
+        if prefix is not None:
+            outcome |= {"recovery_checkpoint": prefix.config.checkpoint,
+                        "handover_s": round(prefix.handover_s - start_s, 3),
+                        "handover": prefix.reason, "expert_phase_at_handover": first_phase}
         bag.outcome(_ns(env.runtime.time_s), outcome)
     return state.success, state.elapsed_s
 
@@ -180,13 +274,26 @@ def _size(path: Path) -> int:
 def collect(episodes: int, out: str | Path, seed: int = 0, raw_camera: bool = False,
             config: SimConfig | None = None, progress: bool = True,
             pushes: PushConfig | None = None,
-            switches: SwitchConfig | None = None) -> CollectionReport:
+            switches: SwitchConfig | None = None,
+            recovery: RecoveryConfig | None = None) -> CollectionReport:
     """Record ``episodes`` expert episodes with seeds ``seed, seed + 1, ...`` into ``out``
     (``pushes``: push the arm during the approach; ``switches``: switch the instruction
-    during it; see the module docstring)."""
+    during it; ``recovery``: a policy drives first, the expert takes over; see the module
+    docstring)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     config = dataclasses.replace(config or load_sim_config(), render_observations=True)
+    runner = None
+    if recovery is not None:
+        from diffusion_policy_ros.policy.runner import PolicyRunner
+
+        runner = PolicyRunner.from_checkpoint(recovery.checkpoint, joint_names=list(JOINT_NAMES),
+                                              num_threads=1)
+        if (runner.config.horizon, runner.config.action_dt_s) != (config.chunk_horizon,
+                                                                   config.chunk_dt_s):
+            raise ValueError(f"{recovery.checkpoint}: its chunks ({runner.config.horizon} x "
+                             f"{runner.config.action_dt_s} s) are not the expert's "
+                             f"({config.chunk_horizon} x {config.chunk_dt_s} s)")
     expert_config = ExpertConfig(horizon=config.chunk_horizon, dt_s=config.chunk_dt_s)
     seeds = range(seed, seed + episodes)
     existing = [out / d / episode_name(s) for s in seeds for d in ("", FAILED_DIR)
@@ -204,7 +311,9 @@ def collect(episodes: int, out: str | Path, seed: int = 0, raw_camera: bool = Fa
             if tmp.exists():
                 shutil.rmtree(tmp)  # left by an interrupted run; never a finished episode
             tmp.parent.mkdir(exist_ok=True)
-            ok, episode_s = record_episode(env, expert, s, tmp, raw_camera, pushes, switches)
+            prefix = _PolicyPrefix(recovery, runner, s) if recovery is not None else None
+            ok, episode_s = record_episode(env, expert, s, tmp, raw_camera, pushes, switches,
+                                           prefix)
             final = out / episode_name(s) if ok else out / FAILED_DIR / episode_name(s)
             final.parent.mkdir(exist_ok=True)
             tmp.rename(final)
@@ -222,6 +331,8 @@ def collect(episodes: int, out: str | Path, seed: int = 0, raw_camera: bool = Fa
                                       "raw_camera": raw_camera, "first_seed": seed,
                                       "pushes": dataclasses.asdict(pushes) if pushes else None,
                                       "switches": (dataclasses.asdict(switches) if switches
+                                                   else None),
+                                      "recovery": (dataclasses.asdict(recovery) if recovery
                                                    else None)},
         indent=2))
     return report

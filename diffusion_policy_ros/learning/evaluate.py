@@ -128,8 +128,11 @@ def run_policy_episode(env: GraspEnv, runner: PolicyRunner, seed: int,
     start_s = obs["stamp_s"]
     try:
         while not done:
-            if instruction_mode == "switch" and obs["stamp_s"] - start_s >= SWITCH_AFTER_S:
+            if (instruction_mode == "switch" and instruction != task.instruction
+                    and obs["stamp_s"] - start_s >= SWITCH_AFTER_S):
+                # As policy_node does on every instruction: a new history from this frame.
                 instruction = task.instruction
+                history.extend([obs] * n_obs)
             t0 = time.perf_counter()
             chunk = runner.predict(list(history), instruction,
                                    seed=None if fresh_noise else seed)
@@ -180,14 +183,18 @@ def evaluate(checkpoint: str | Path, episodes: int = 100, seed: int = 0,
              progress: bool = True,
              media_dir: str | Path | None = None,
              fresh_noise: bool = False,
-             num_samples: int | None = None) -> tuple[dict, list[EpisodeOutcome]]:
-    """Closed-loop episodes with seeds ``seed .. seed + episodes - 1``."""
+             num_samples: int | None = None,
+             depth_noise: bool = False) -> tuple[dict, list[EpisodeOutcome]]:
+    """Closed-loop episodes with seeds ``seed .. seed + episodes - 1`` (``depth_noise``:
+    the simulated Kinect's time-of-flight noise and dropouts on, a robustness check; the
+    demonstrations are recorded without)."""
     if instruction_mode not in INSTRUCTION_MODES:
         raise ValueError(f"instruction_mode must be one of {INSTRUCTION_MODES}")
     runner = PolicyRunner.from_checkpoint(checkpoint, joint_names=list(JOINT_NAMES),
                                           device=device, num_inference_steps=num_inference_steps,
                                           num_samples=num_samples, num_threads=num_threads)
     config = dataclasses.replace(load_sim_config(), render_observations=True,
+                                 depth_noise=depth_noise,
                                  chunk_horizon=runner.config.horizon,
                                  chunk_dt_s=runner.config.action_dt_s)
     runner.warmup("pick up the red cube")  # one-off costs stay out of the latency figures

@@ -81,6 +81,11 @@ class ExpertConfig:
     """Room wanted between the open gripper and a neighbour's footprint circle (m)."""
     cylinder_yaw_candidates: int = 8
     """Finger axes tried for a round object, evenly over 180 degrees."""
+    take_over_descend_radius_m: float = 0.015
+    """``take_over`` descends straight when the tool is this close to the grasp pose in x-y
+    (m); farther off it rises to the pre-grasp pose first, so the fingers clear the object."""
+    grasp_tolerance_m: float = 0.005
+    """``take_over`` counts a tool this far below the grasp pose as at it (m)."""
     close_s: float = 1.0
     """Time the fingers get to close and squeeze before lifting (s)."""
     gripper_open_m: float = GRIPPER_OPEN_M
@@ -133,6 +138,8 @@ class _Goals:
     grasp: np.ndarray
     lift: np.ndarray
     yaw_rad: float
+    grasp_m: np.ndarray
+    """Tool centre position of the grasp pose in ``base_link`` (m)."""
 
 
 class ScriptedExpert:
@@ -178,6 +185,19 @@ class ScriptedExpert:
         self._phase_start_s = None
         self._goals = None  # grasp yaw chosen afresh from the tool's current yaw
 
+    def take_over(self, target: str, scene: ArmScene) -> None:
+        """Grasp ``target`` from wherever another controller (the policy) left the arm,
+        as a DAgger-style correction: straight down when the tool is already over the
+        grasp pose and no higher than the pre-grasp pose, else via the pre-grasp pose."""
+        self.reset(target)
+        q = scene.joint_positions()[:6]
+        self._goals = self._plan_goals(scene, q)
+        offset = scene.tcp_pose()[0] - self._goals.grasp_m
+        c = self.config
+        if (float(np.hypot(offset[0], offset[1])) <= c.take_over_descend_radius_m
+                and -c.grasp_tolerance_m <= offset[2] <= c.pregrasp_clearance_m):
+            self.phase = Phase.DESCEND
+
     def act(self, scene: ArmScene) -> np.ndarray:
         """The ``(horizon, 7)`` chunk for the instants ``scene.time_s + k * dt_s``."""
         if self.target is None:
@@ -209,7 +229,7 @@ class ScriptedExpert:
         pre = self.ik.solve(self._goals.pre if self._goals else q_rad, grasp + above, rot).q_rad
         at = self.ik.solve(pre, grasp, rot).q_rad
         lifted = self.ik.solve(at, grasp + lift_by, rot).q_rad
-        return _Goals(pre, at, lifted, yaw)
+        return _Goals(pre, at, lifted, yaw, grasp)
 
     def _choose_grasp(self, scene: ArmScene, centre_m: np.ndarray, top_z_m: float,
                       object_yaw_rad: float, reference_rad: float) -> tuple[np.ndarray, float]:

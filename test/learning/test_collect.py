@@ -3,7 +3,14 @@
 import numpy as np
 import pytest
 
-from diffusion_policy_ros.learning.collect import FAILED_DIR, SwitchConfig, collect, episode_name
+from diffusion_policy_ros.config import SHIPPED_CHECKPOINT
+from diffusion_policy_ros.learning.collect import (
+    FAILED_DIR,
+    RecoveryConfig,
+    SwitchConfig,
+    collect,
+    episode_name,
+)
 from diffusion_policy_ros.learning.dataset import tool_positions
 from diffusion_policy_ros.learning.episode_bag import read_episode
 from diffusion_policy_ros.sim.pushes import PushConfig
@@ -36,27 +43,48 @@ def test_collect_writes_one_bag_per_successful_episode(collected):
         assert np.all(np.diff(ep.stamps_ns) == 100_000_000)
 
 
+def test_failed_expert_episodes_are_kept_apart_counted_and_never_read_as_data(tmp_path):
+    from diffusion_policy_ros.learning.dataset import episode_dirs
+    from diffusion_policy_ros.sim.sim_config import SimConfig
+
+    # 1 s is too short for any grasp: both episodes time out.
+    report = collect(2, tmp_path, seed=3, progress=False, config=SimConfig(time_limit_s=1.0))
+    assert report.succeeded == 0 and report.failed_seeds == [3, 4]
+    for seed in (3, 4):
+        assert not (tmp_path / episode_name(seed)).exists()
+        ep = read_episode(tmp_path / FAILED_DIR / episode_name(seed))
+        assert ep.outcome["timed_out"] and not ep.outcome["success"]
+    with pytest.raises(FileNotFoundError, match="no episode"):
+        episode_dirs(tmp_path)
+    # The failures are already recorded: the same seeds are never written again.
+    with pytest.raises(FileExistsError):
+        collect(1, tmp_path, seed=4, progress=False)
+
+
 def test_raw_camera_topics_reproduce_the_recorded_observations(collected, tmp_path):
     out, _ = collected
     recorded = read_episode(out / episode_name(3))
     # Drop the observation topics: what remains is what `ros2 bag record` of the
-    # Kinect driver + joint_states + instruction gives on a real robot.
-    from rosbags.rosbag2 import Reader, Writer
+    # Kinect driver + joint_states + instruction gives on a real robot (fully qualified
+    # topic names, MCAP storage; test_replay covers sqlite3).
+    from rosbags.rosbag2 import Reader, StoragePlugin, Writer
 
     from diffusion_policy_ros.learning import bag_messages as bm
 
     raw_only = tmp_path / "raw_only"
     keep = {"camera/rgb/image_raw", "camera/depth_to_rgb/image_raw", "camera/rgb/camera_info",
             "joint_states", "instruction"}
-    with Reader(out / episode_name(3)) as reader, Writer(raw_only, version=9) as writer:
+    with Reader(out / episode_name(3)) as reader, \
+            Writer(raw_only, version=9, storage_plugin=StoragePlugin.MCAP) as writer:
         conns = {}
         for conn in reader.connections:
             if conn.topic in keep:
-                conns[conn.id] = writer.add_connection(conn.topic, conn.msgtype,
+                conns[conn.id] = writer.add_connection("/" + conn.topic, conn.msgtype,
                                                        typestore=bm.TYPESTORE)
         for conn, t, raw in reader.messages():
             if conn.id in conns:
                 writer.write(conns[conn.id], t, raw)
+    assert list(raw_only.glob("*.mcap"))
     replayed = read_episode(raw_only)
     assert replayed.action_source == "joint_states"
     np.testing.assert_array_equal(replayed.stamps_ns, recorded.stamps_ns)
@@ -109,3 +137,29 @@ def test_switched_episodes_go_for_the_first_object_then_turn_to_the_new_one(tmp_
     first, final = where[o["first_target"]], where[o["target"]]
     assert np.linalg.norm(tool[k] - first) < np.linalg.norm(tool[0] - first) - 0.05
     assert np.linalg.norm(tool[-1] - final) < 0.03
+
+
+def test_recovery_episodes_record_only_the_experts_part_after_the_policy(tmp_path):
+    recovery = RecoveryConfig(str(SHIPPED_CHECKPOINT), earliest_s=0.5, latest_s=0.5)
+    report = collect(2, tmp_path, seed=60000, progress=False,
+                     switches=SwitchConfig(earliest_s=0.4, latest_s=0.4), recovery=recovery)
+    assert report.succeeded == 2, report
+    for seed in (60000, 60001):
+        ep = read_episode(tmp_path / episode_name(seed))
+        o = ep.outcome
+        assert o["recovery_checkpoint"] == str(SHIPPED_CHECKPOINT)
+        assert o["handover"] in ("time", "closing")
+        assert o["expert_phase_at_handover"] in ("pre_grasp", "descend")
+        # Nothing before the hand-over is recorded; from there on the episode's own
+        # instruction is in force (the first object's one belonged to the policy's part).
+        assert o["handover_s"] <= 0.4 + 0.5 + 1e-6 and o["switch_s"] <= o["handover_s"]
+        assert ep.stamps_ns[0] * 1e-9 == pytest.approx(o["handover_s"], abs=1e-6)
+        assert set(ep.frame_instructions) == {ep.instruction} != {o["first_instruction"]}
+        assert ep.follows_last_instruction(0)
+        assert len(ep.actions) == len(ep.stamps_ns) > 10
+
+
+def test_recovery_needs_a_checkpoint(tmp_path):
+    with pytest.raises(Exception, match="checkpoint|not found|No such"):
+        collect(1, tmp_path, seed=60000, progress=False,
+                recovery=RecoveryConfig(str(tmp_path / "missing")))

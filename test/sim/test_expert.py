@@ -150,6 +150,32 @@ def test_expert_retargets_mid_approach_but_not_once_it_has_closed(env):
     assert info["task"].success, info["task"]
 
 
+def test_take_over_descends_straight_only_when_the_tool_is_over_the_grasp(env):
+    obs, info = env.reset(3)
+    scene = env.runtime.scene
+    target = info["task"].target
+    expert = ScriptedExpert(scene.model)
+    expert.take_over(target, scene)
+    assert expert.phase is Phase.PRE_GRASP  # from the home pose: via the pre-grasp pose
+    while expert.phase is not Phase.DESCEND:
+        env.step(expert.act(scene))
+    for _ in range(3):  # part of the way down
+        env.step(expert.act(scene))
+    # A second controller taking over here goes straight down and finishes the grasp.
+    rescuer = ScriptedExpert(scene.model)
+    rescuer.take_over(target, scene)
+    assert rescuer.phase is Phase.DESCEND
+    other = next(n for n in scene.object_names if n != target)
+    far = ScriptedExpert(scene.model)
+    far.take_over(other, scene)
+    assert far.phase is Phase.PRE_GRASP  # another object, centimetres away in x-y
+    done = False
+    while not done:
+        obs, _, terminated, truncated, info = env.step(rescuer.act(scene))
+        done = terminated or truncated
+    assert info["task"].success, info["task"]
+
+
 def test_expert_needs_a_known_target(scene):
     expert = ScriptedExpert(scene.model, ExpertConfig())
     with pytest.raises(RuntimeError):
