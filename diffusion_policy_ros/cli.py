@@ -69,7 +69,7 @@ def _collect(args: argparse.Namespace) -> int:
                          switches=SwitchConfig() if args.switches else None,
                          recovery=(RecoveryConfig(args.recover_from) if args.recover_from
                                    else None))
-    except (FileExistsError, CheckpointError) as exc:
+    except (FileExistsError, CheckpointError, ValueError) as exc:
         print(f"dpr collect: {exc}", file=sys.stderr)
         return 2
     print(report.summary())

@@ -10,6 +10,9 @@ from diffusion_policy_ros.cli import build_parser, main
                                   ["bench", "policy", "--repeats", "3"],
                                   ["bench", "tracking", "--episodes", "2"],
                                   ["collect", "--episodes", "1", "--out", "x"],
+                                  ["collect", "--episodes", "1", "--out", "x", "--switches",
+                                   "--recover-from", "c"],
+                                  ["eval", "--depth-noise", "--instructions", "switch"],
                                   ["train", "--data", "d", "--config", "c", "--out", "o"],
                                   ["eval", "--checkpoint", "c", "--episodes", "2"],
                                   ["eval", "--ros", "--episodes", "2", "--seed", "5", "--out",
@@ -37,6 +40,12 @@ def test_subcommands_parse(argv):
 def test_eval_over_ros_refuses_what_it_cannot_do(argv, message, capsys):
     assert main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+def test_collect_recovery_without_a_checkpoint_is_a_clear_error(tmp_path, capsys):
+    assert main(["collect", "--episodes", "1", "--out", str(tmp_path / "out"),
+                 "--recover-from", str(tmp_path / "missing")]) == 2
+    assert "missing" in capsys.readouterr().err
 
 
 def test_unknown_option_is_an_error():
