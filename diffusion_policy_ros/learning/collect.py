@@ -138,7 +138,8 @@ class _InstructionSwitch:
         self.at_s = start_s + rng.uniform(config.earliest_s, config.latest_s)
         self.done_s: float | None = None
 
-    def due(self, now_s: float, phase: Phase) -> bool:
+    def due(self, now_s: float, phase: Phase | None = None) -> bool:
+        """Not yet switched, and its instant has come or the expert (``phase``) descends."""
         return self.done_s is None and (now_s >= self.at_s - 1e-9 or phase is Phase.DESCEND)
 
 
@@ -165,7 +166,7 @@ class _PolicyPrefix:
         instruction = switch.first.instruction if switch is not None else task.instruction
         while True:
             now_s = obs["stamp_s"]
-            if switch is not None and switch.done_s is None and now_s >= switch.at_s - 1e-9:
+            if switch is not None and switch.due(now_s):
                 instruction, switch.done_s = task.instruction, now_s
             if now_s >= handover_at_s - 1e-9:
                 self.reason = "time"
