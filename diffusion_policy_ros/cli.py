@@ -109,6 +109,10 @@ def _eval_over_ros(args: argparse.Namespace) -> int:
         print("dpr eval: --ros scores the sim's own instruction; --instructions wrong runs "
               "in process only", file=sys.stderr)
         return 2
+    if args.noise == "fixed":
+        print("dpr eval: --ros runs policy_node, which draws new noise for every chunk; "
+              "--noise fixed runs in process only", file=sys.stderr)
+        return 2
     if args.seed < 1:
         print("dpr eval: --ros needs --seed >= 1 (sim_node's start-up episode takes seed - 1)",
               file=sys.stderr)
@@ -127,7 +131,7 @@ def _eval(args: argparse.Namespace) -> int:
 
     summary, outcomes = evaluate(args.checkpoint, args.episodes, args.seed,
                                  args.instructions, args.device, args.steps,
-                                 media_dir=args.out, fresh_noise=args.fresh_noise,
+                                 media_dir=args.out, noise=args.noise,
                                  num_samples=args.samples, depth_noise=args.depth_noise)
     print(json.dumps(summary, indent=2))
     if args.report:
@@ -226,8 +230,11 @@ def build_parser() -> argparse.ArgumentParser:
                             "chunk latency) into this directory")
     evaluation.add_argument("--depth-noise", action="store_true", help="turn on the simulated "
                             "Kinect's time-of-flight depth noise and dropouts (robustness)")
-    evaluation.add_argument("--fresh-noise", action="store_true", help="new initial noise "
-                            "for every chunk (default: the same noise, seeded per episode)")
+    evaluation.add_argument("--noise", choices=("stream", "fixed", "fresh"), default="stream",
+                            help="initial noise of the chunks: stream = new noise per chunk "
+                            "from a generator seeded per episode (reproducible); fixed = the "
+                            "same seeded noise for every chunk (the earlier default); fresh "
+                            "= unseeded")
     evaluation.add_argument("--ros", action="store_true", help="run the episodes through the "
                             "real nodes over ROS (dpr bringup --episodes) instead of in "
                             "process: real latency, real time")

@@ -12,7 +12,8 @@ from diffusion_policy_ros.cli import build_parser, main
                                   ["collect", "--episodes", "1", "--out", "x"],
                                   ["collect", "--episodes", "1", "--out", "x", "--switches",
                                    "--recover-from", "c"],
-                                  ["eval", "--depth-noise", "--instructions", "switch"],
+                                  ["eval", "--depth-noise", "--instructions", "switch",
+                                   "--noise", "fixed"],
                                   ["train", "--data", "d", "--config", "c", "--out", "o"],
                                   ["eval", "--checkpoint", "c", "--episodes", "2"],
                                   ["eval", "--ros", "--episodes", "2", "--seed", "5", "--out",
@@ -36,6 +37,7 @@ def test_subcommands_parse(argv):
 @pytest.mark.parametrize("argv, message", [
     (["eval", "--ros", "--instructions", "wrong"], "in process only"),
     (["eval", "--ros", "--seed", "0"], "--seed >= 1"),
+    (["eval", "--ros", "--noise", "fixed"], "in process only"),
 ])
 def test_eval_over_ros_refuses_what_it_cannot_do(argv, message, capsys):
     assert main(argv) == 2

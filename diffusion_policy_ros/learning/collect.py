@@ -164,6 +164,7 @@ class _PolicyPrefix:
         history = collections.deque([obs] * self.runner.config.n_obs_steps,
                                     maxlen=self.runner.config.n_obs_steps)
         instruction = switch.first.instruction if switch is not None else task.instruction
+        noise = self.runner.noise_stream(self.seed)  # as dpr eval: new noise per chunk
         while True:
             now_s = obs["stamp_s"]
             if switch is not None and switch.due(now_s):
@@ -171,7 +172,7 @@ class _PolicyPrefix:
             if now_s >= handover_at_s - 1e-9:
                 self.reason = "time"
                 break
-            chunk = self.runner.predict(list(history), instruction, seed=self.seed)
+            chunk = self.runner.predict(list(history), instruction, noise=noise)
             if chunk[:_CLOSING_LOOKAHEAD, 6].min() < GRIPPER_OPEN_M - c.closing_m:
                 self.reason = "closing"
                 break

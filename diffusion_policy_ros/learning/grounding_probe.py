@@ -53,7 +53,7 @@ def probe(checkpoint: str, data: str, episodes: int = 20, val_fraction: float = 
         first = dict(image=ep.images[0], points=ep.points[0], point_colors=ep.colors[0],
                      joint_positions=ep.joint_positions[0])
         history = [first] * policy.config.n_obs_steps
-        chunk = runner.predict(history, ep.instruction, seed=0)
+        chunk = runner.predict(history, ep.instruction, noise=0)
         chunk_err.append(np.abs(chunk[-1, :6] - ep.actions[0][-1, :6]))
         truth = grasp_state(ep)[:6]
         truths.append(truth)

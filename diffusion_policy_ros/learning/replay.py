@@ -298,7 +298,7 @@ def replay(options: ReplayOptions) -> ReplayResult:
                                                       config.n_obs_steps, dt)]
         t0 = time.perf_counter()
         predicted.append(runner.predict(history, episode.instruction_at(i),
-                                        seed=options.seed + n))
+                                        noise=options.seed + n))
         latency.append((time.perf_counter() - t0) * 1e3)
         stages.append(runner.last_timings_ms)
         if options.progress and (n + 1) % 20 == 0:

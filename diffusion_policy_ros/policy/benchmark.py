@@ -76,7 +76,7 @@ def benchmark_policy(configs: Mapping[str, DiffusionPolicyConfig] | None = None,
                 runner.num_inference_steps, runner.num_samples = n, k
                 samples: dict[str, list[float]] = {s: [] for s in STAGES}
                 for i in range(repeats):
-                    runner.predict(history, INSTRUCTION, seed=i)
+                    runner.predict(history, INSTRUCTION, noise=i)
                     for stage in STAGES:
                         samples[stage] += runner.timer.durations_s.get(stage, [])
                 rows += [_row(name, params, n, stage, samples[stage], k) for stage in STAGES

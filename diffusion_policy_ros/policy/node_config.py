@@ -55,8 +55,9 @@ class PolicyNodeConfig:
     warmup_instruction: str = param(
         "pick up the red cube", "Instruction embedded during warm-up (any text; the real "
         "instruction comes on the instruction topic)")
-    seed: int = param(-1, "Initial-noise seed of every chunk; -1 = fresh noise each chunk",
-                      low=-1, high=2**31 - 1)
+    seed: int = param(-1, "Seed of the chunks' initial-noise sequence (new noise every chunk, "
+                      "the sequence restarts with every instruction: reproducible runs); "
+                      "-1 = unseeded", low=-1, high=2**31 - 1)
     base_frame: str = param("base_link", "Frame of policy/markers (the MuJoCo world frame of "
                             "the arm model)")
     publish_markers: bool = param(True, "Publish policy/markers (end-effector path from "

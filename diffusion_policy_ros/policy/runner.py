@@ -113,20 +113,32 @@ class PolicyRunner:
                 STATE: stack("joint_positions", np.float32),
                 LANGUAGE: torch.from_numpy(embedding)[None].to(self.device)}
 
+    def noise_stream(self, seed: int) -> torch.Generator:
+        """A seeded source of initial noise for successive ``predict`` calls: each chunk
+        starts from new noise, and the sequence repeats for the same seed.
+
+        New noise per chunk matters in closed loop: with the same noise every chunk,
+        sampling is a deterministic function of the observation, so a state where the
+        policy commands "stay" (e.g. hovering over the object) returns the same chunk
+        forever (README, "Shipped policy")."""
+        return torch.Generator(device=self.device).manual_seed(seed)
+
     def predict(self, observations: Sequence[Observation], instruction: str,
-                seed: int | None = None) -> np.ndarray:
+                noise: int | torch.Generator | None = None) -> np.ndarray:
         """(T, D) float64 joint targets; row k is for observation stamp + k * action_dt_s.
 
-        ``seed`` fixes the initial noise (DDIM with eta = 0 is then deterministic).
-        Stage durations of this call are in ``last_timings_ms``.
+        ``noise``: an int fixes this call's initial noise (DDIM with eta = 0 is then
+        deterministic); a generator from ``noise_stream`` draws the next noise of its
+        sequence; None draws from torch's global generator. Stage durations of this call
+        are in ``last_timings_ms``.
         """
         self.timer.reset()
         with self.timer.stage("total"):
             with self.timer.stage("language"):
                 embedding = self.language.embed(instruction)
-            generator = None
-            if seed is not None:
-                generator = torch.Generator(device=self.device).manual_seed(seed)
+            generator = noise
+            if isinstance(noise, int):
+                generator = self.noise_stream(noise)
             batch = self._batch(observations, embedding)
             with torch.inference_mode(), autocast_context(self.device, self.precision):
                 chunk = self.policy.predict_action_chunk(batch, self.num_inference_steps,
@@ -149,4 +161,4 @@ class PolicyRunner:
         rng = np.random.default_rng(seed)
         history = [synthetic_observation(self.policy, rng) for _ in range(self.config.n_obs_steps)]
         for i in range(iterations):
-            self.predict(history, instruction, seed=seed + i)
+            self.predict(history, instruction, noise=seed + i)

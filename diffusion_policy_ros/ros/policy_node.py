@@ -122,6 +122,8 @@ class PolicyNode(LifecycleNode):
         # Work handed to the inference worker.
         self.overrun_ticks = 0
         self.discarded_after_restart = 0
+        self._noise = None  # noise_stream of the current task when `seed` >= 0
+        self._noise_generation = -1
         self._work = threading.Condition()
         self._tick_due = False
         self._embed_due = ""
@@ -382,10 +384,15 @@ class PolicyNode(LifecycleNode):
         if isinstance(selection, Refusal):
             self._refuse(selection.reason, selection.detail)
             return
-        seed = self.config.seed if self.config.seed >= 0 else None
+        noise = None
+        if self.config.seed >= 0:  # a reproducible sequence, restarted with every task
+            if self._noise_generation != generation:
+                self._noise = runner.noise_stream(self.config.seed)
+                self._noise_generation = generation
+            noise = self._noise
         t_predict = time.perf_counter()
         try:
-            chunk = runner.predict(selection.observations, instruction, seed=seed)
+            chunk = runner.predict(selection.observations, instruction, noise=noise)
         except ValueError as exc:  # shapes that do not fit the checkpoint
             self._refuse("bad_observation", str(exc))
             return

@@ -184,7 +184,7 @@ def test_replay_predicts_what_the_policy_predicts_in_process(recorded, tmp_path)
         history = collections.deque([obs] * runner.config.n_obs_steps,
                                     maxlen=runner.config.n_obs_steps)
         for n in range(n_chunks):
-            live = runner.predict(list(history), obs["instruction"], seed=100 + n)
+            live = runner.predict(list(history), obs["instruction"], noise=100 + n)
             np.testing.assert_allclose(live, result.predicted[n], atol=1e-5,
                                        err_msg=f"chunk {n}")
             obs = env.step(expert.act(env.runtime.scene), obs["stamp_s"])[0]

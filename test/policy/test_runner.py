@@ -33,18 +33,31 @@ def history(runner):
 
 def test_predict_returns_a_numpy_chunk_with_stage_timings(runner, history):
     runner.warmup("pick up the red cube", iterations=1)
-    chunk = runner.predict(history, "pick up the red cube", seed=3)
+    chunk = runner.predict(history, "pick up the red cube", noise=3)
     assert chunk.shape == (16, 7) and chunk.dtype == np.float64 and np.isfinite(chunk).all()
-    assert np.array_equal(chunk, runner.predict(history, "pick up the red cube", seed=3))
+    assert np.array_equal(chunk, runner.predict(history, "pick up the red cube", noise=3))
     timings = runner.last_timings_ms
     assert set(timings) == STAGES
     assert len(runner.timer.durations_s["denoiser_step"]) == 10
     assert timings["total"] >= timings["denoiser_step"] > 0
 
 
+def test_a_noise_stream_gives_every_chunk_new_noise_and_repeats_for_its_seed(runner, history):
+    """Same observation, successive chunks: never the same chunk twice (no sampling fixed
+    point), and the same sequence again from a stream with the same seed."""
+    def chunks(stream):
+        return [runner.predict(history, "pick up the red cube", noise=stream) for _ in range(3)]
+
+    first = chunks(runner.noise_stream(7))
+    assert not np.array_equal(first[0], first[1]) and not np.array_equal(first[1], first[2])
+    assert all(np.array_equal(a, b) for a, b in zip(first, chunks(runner.noise_stream(7)),
+                                                    strict=True))
+    assert np.array_equal(first[0], runner.predict(history, "pick up the red cube", noise=7))
+
+
 def test_instruction_changes_the_chunk(runner, history):
-    red = runner.predict(history, "pick up the red cube", seed=0)
-    blue = runner.predict(history, "pick up the blue cube", seed=0)
+    red = runner.predict(history, "pick up the red cube", noise=0)
+    blue = runner.predict(history, "pick up the blue cube", noise=0)
     assert not np.array_equal(red, blue)
 
 
@@ -65,18 +78,18 @@ def test_reduced_precision_runs_on_cpu(make_config, language, history, precision
     torch.manual_seed(0)
     policy = DiffusionPolicy(make_config())
     reduced = PolicyRunner(policy, device="cpu", precision=precision, language=language)
-    chunk = reduced.predict(history, "pick up the red cube", seed=0)
+    chunk = reduced.predict(history, "pick up the red cube", noise=0)
     assert np.isfinite(chunk).all()
     full = PolicyRunner(policy, device="cpu", language=language)
-    assert np.abs(chunk - full.predict(history, "pick up the red cube", seed=0)).max() < 0.5
+    assert np.abs(chunk - full.predict(history, "pick up the red cube", noise=0)).max() < 0.5
 
 
 def test_from_checkpoint(tmp_path, runner, history, language):
     path = save_checkpoint(runner.policy, tmp_path / "ckpt", dataset_id="test")
     loaded = PolicyRunner.from_checkpoint(path, joint_names=runner.config.joint_names,
                                           device="cpu", language=language)
-    assert np.array_equal(loaded.predict(history, "pick up the red cube", seed=1),
-                          runner.predict(history, "pick up the red cube", seed=1))
+    assert np.array_equal(loaded.predict(history, "pick up the red cube", noise=1),
+                          runner.predict(history, "pick up the red cube", noise=1))
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch_npu") is not None,
