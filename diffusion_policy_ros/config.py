@@ -11,14 +11,45 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 from pathlib import Path
 from typing import Any, get_type_hints
 
 import yaml
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "config"
+PACKAGE = "diffusion_policy_ros"
+
+
+def package_data_dir() -> Path:
+    """Where ``config/`` and ``checkpoints/`` are: the source tree or the installed share.
+
+    A checkout (editable install, PYTHONPATH, ``colcon build --symlink-install``) uses
+    its own files, so code and parameters always come from the same tree. A colcon or
+    pip install copies only the Python package to site-packages and the files to
+    ``share/diffusion_policy_ros`` (setup.py's data_files), found through the ament
+    index (``AMENT_PREFIX_PATH``) or, without one, under the interpreter's prefix.
+    """
+    source = Path(__file__).resolve().parent.parent
+    if (source / "package.xml").is_file() and (source / "config").is_dir():
+        return source
+    candidates = []
+    try:
+        from ament_index_python.packages import get_package_share_directory
+
+        candidates.append(Path(get_package_share_directory(PACKAGE)))
+    except (ImportError, LookupError, OSError, ValueError):
+        pass  # not in the ament index (no AMENT_PREFIX_PATH, or not installed there)
+    candidates.append(Path(sys.prefix) / "share" / PACKAGE)
+    for share in candidates:
+        if (share / "config").is_dir():
+            return share
+    return source
+
+
+DATA_DIR = package_data_dir()
+CONFIG_DIR = DATA_DIR / "config"
 #: The policy this repository ships (``dpr bringup``, ``dpr replay`` and ``dpr eval`` default).
-SHIPPED_CHECKPOINT = CONFIG_DIR.parent / "checkpoints" / "grasp_unet"
+SHIPPED_CHECKPOINT = DATA_DIR / "checkpoints" / "grasp_unet"
 
 
 class ConfigError(ValueError):
@@ -153,10 +184,14 @@ def _flatten(prefix: str, tree: dict[str, Any]) -> dict[str, Any]:
 
 
 def load_node_params(path: str | Path, node_name: str) -> dict[str, Any]:
-    """The flat ``ros__parameters`` of ``node_name`` (or ``/**``) in a ROS params file."""
+    """The flat ``ros__parameters`` of ``node_name`` in a ROS params file.
+
+    The section may be keyed ``/**/node_name`` (what config/ uses: it matches the
+    node in any namespace), ``node_name``, ``/node_name`` or ``/**``.
+    """
     with open(path, encoding="utf-8") as fh:
         doc = yaml.safe_load(fh) or {}
-    for key in (node_name, f"/{node_name}", "/**"):
+    for key in (f"/**/{node_name}", node_name, f"/{node_name}", "/**"):
         section = doc.get(key)
         if isinstance(section, dict) and "ros__parameters" in section:
             return _flatten("", section["ros__parameters"] or {})

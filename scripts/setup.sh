@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One set-up step for a fresh machine: Debian packages (when root), a local
 # .venv with every Python dependency (ROS 2 Kilted wheels, torch CPU, MuJoCo,
-# open3d, ...), and this project installed editable. Safe to re-run.
+# open3d, ...), this project installed editable and, where ../shared/ros2-tools
+# exists, the upstream launch / launch_ros / ros2 CLI. Safe to re-run.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -35,5 +36,21 @@ if [ ! -f "$stamp" ] || [ requirements.txt -nt "$stamp" ] || [ setup.py -nt "$st
   .venv/bin/python -m pip install -q -r requirements.txt
   .venv/bin/python -m pip install -q --no-deps -e .
   touch "$stamp"
+fi
+
+# The upstream ROS 2 tools (ros2 launch/topic/run/param, launch, launch_ros), offline
+# wheels beside this checkout: the launch files and the `ros2` CLI are then tested for
+# real. Without the folder (and without a system ROS 2) those tests skip with the reason.
+tools=$root/../shared/ros2-tools
+tools_stamp=.venv/.dpr-ros2-tools
+if [ -f "$tools/install.sh" ]; then
+  if [ ! -f "$tools_stamp" ] || [ "$tools/install.sh" -nt "$tools_stamp" ] \
+      || [ "$tools/wheels" -nt "$tools_stamp" ] || [ "$stamp" -nt "$tools_stamp" ]; then
+    echo "[setup] installing the ROS 2 tools from $tools"
+    bash "$tools/install.sh" .venv
+    touch "$tools_stamp"
+  fi
+else
+  echo "[setup] no $tools: launch files and the ros2 CLI tests skip unless ROS 2 provides them"
 fi
 echo "[setup] ready: $root/.venv"

@@ -42,3 +42,57 @@ def tiny_checkpoint(tiny_demos, tmp_path_factory):
                      device="cpu")
     return train(tiny_demos, DiffusionPolicyConfig(**TINY_POLICY), tc,
                  tmp_path_factory.mktemp("tiny_run") / "run", progress=False)
+
+
+class ColconInstall:
+    """A ``colcon build`` of this repository and the environment its setup script gives."""
+
+    def __init__(self, base):
+        self.base = base  # the install base: local_setup.bash, diffusion_policy_ros/
+        self.prefix = base / "diffusion_policy_ros"
+        self.share = self.prefix / "share" / "diffusion_policy_ros"
+
+    def env(self, base_env: dict | None = None) -> dict:
+        """``base_env`` after ``source install/local_setup.bash``, as a ROS user runs.
+
+        The venv goes first on PATH and into AMENT_PREFIX_PATH (the ros-* wheels' ament
+        index and the ros2-tools live there), as scripts/setup.sh users export it.
+        """
+        import os
+        import subprocess
+        import sys
+        from pathlib import Path
+
+        env = dict(os.environ if base_env is None else base_env)
+        bin_dir = str(Path(sys.executable).parent)
+        env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+        env["AMENT_PREFIX_PATH"] = sys.prefix
+        env.pop("PYTHONPATH", None)
+        out = subprocess.run(["bash", "-c", f"source '{self.base}/local_setup.bash' && env -0"],
+                             env=env, capture_output=True, check=True, timeout=60).stdout
+        return dict(item.split("=", 1) for item in out.decode().split("\0") if "=" in item)
+
+
+@pytest.fixture(scope="session")
+def colcon_install(tmp_path_factory) -> ColconInstall:
+    """This repository built with colcon (no symlinks: what `colcon build` installs)."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    colcon = Path(sys.executable).parent / "colcon"
+    if not colcon.exists():
+        colcon = shutil.which("colcon")
+    assert colcon, "colcon not found: run scripts/setup.sh"
+    work = tmp_path_factory.mktemp("colcon")
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+               COLCON_HOME=str(work / "colcon_home"))
+    result = subprocess.run(
+        [str(colcon), "--log-base", str(work / "log"), "build", "--paths", str(root),
+         "--build-base", str(work / "build"), "--install-base", str(work / "install")],
+        cwd=work, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return ColconInstall(work / "install")

@@ -3,12 +3,9 @@
 import ast
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
 
 from diffusion_policy_ros.config import load_node_params
 
@@ -16,31 +13,14 @@ ROOT = Path(__file__).resolve().parent.parent
 EXECUTABLES = ["rgbd_sync_node", "pd_tracker_node", "sim_node", "policy_node", "dpr"]
 
 
-@pytest.fixture(scope="module")
-def colcon_install(tmp_path_factory):
-    colcon = Path(sys.executable).parent / "colcon"
-    if not colcon.exists():
-        colcon = shutil.which("colcon")
-    assert colcon, "colcon not found: run scripts/setup.sh"
-    work = tmp_path_factory.mktemp("colcon")
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-               COLCON_HOME=str(work / "colcon_home"))
-    result = subprocess.run(
-        [str(colcon), "--log-base", str(work / "log"), "build", "--paths", str(ROOT),
-         "--build-base", str(work / "build"), "--install-base", str(work / "install")],
-        cwd=work, env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stdout + result.stderr
-    return work / "install" / "diffusion_policy_ros"
-
-
 def test_ament_index_and_package_xml(colcon_install):
-    share = colcon_install / "share"
+    share = colcon_install.prefix / "share"
     assert (share / "ament_index/resource_index/packages/diffusion_policy_ros").is_file()
     assert (share / "diffusion_policy_ros/package.xml").is_file()
 
 
 def test_config_and_launch_files_installed(colcon_install):
-    share = colcon_install / "share/diffusion_policy_ros"
+    share = colcon_install.share
     for name in os.listdir(ROOT / "config"):
         assert (share / "config" / name).is_file(), name
     for name in os.listdir(ROOT / "launch"):
@@ -49,9 +29,24 @@ def test_config_and_launch_files_installed(colcon_install):
 
 
 def test_executables_where_ros2_run_finds_them(colcon_install):
-    lib = colcon_install / "lib/diffusion_policy_ros"
+    lib = colcon_install.prefix / "lib/diffusion_policy_ros"
     for name in EXECUTABLES:
         assert (lib / name).is_file() and os.access(lib / name, os.X_OK), name
+
+
+def test_installed_package_reads_config_and_checkpoint_from_its_share(colcon_install):
+    """A colcon (non-editable) install has no config/ next to the Python package."""
+    code = ("import diffusion_policy_ros.config as c; "
+            "print(c.__file__); print(c.CONFIG_DIR); print(c.SHIPPED_CHECKPOINT)")
+    out = subprocess.run([sys.executable, "-c", code], env=colcon_install.env(),
+                         cwd=colcon_install.base,
+                         capture_output=True, text=True, check=True, timeout=60).stdout.split()
+    module, config, checkpoint = map(Path, out)
+    assert module.is_relative_to(colcon_install.prefix), module  # not the editable source
+    assert config == colcon_install.share / "config" and (config / "sim.yaml").is_file()
+    assert checkpoint == colcon_install.share / "checkpoints/grasp_unet"
+    assert {p.name for p in checkpoint.iterdir()} == {
+        p.name for p in (ROOT / "checkpoints/grasp_unet").iterdir()}
 
 
 # Import name -> package.xml key, for imports whose rosdep key is not the import name.

@@ -16,7 +16,7 @@ YAML = CONFIG_DIR / "pd_tracker.yaml"
 
 def test_yaml_section_has_exactly_the_dataclass_defaults():
     doc = yaml.safe_load(YAML.read_text())
-    params = doc["pd_tracker_node"]["ros__parameters"]
+    params = doc["/**/pd_tracker_node"]["ros__parameters"]
     defaults = dataclasses.asdict(PdTrackerConfig())
     assert set(params) == {f.param_name for f in config_fields(PdTrackerConfig)}
     assert params == defaults

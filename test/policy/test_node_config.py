@@ -23,7 +23,7 @@ YAML = CONFIG_DIR / "policy_node.yaml"
 
 
 def test_yaml_section_has_exactly_the_dataclass_defaults():
-    params = yaml.safe_load(YAML.read_text())["policy_node"]["ros__parameters"]
+    params = yaml.safe_load(YAML.read_text())["/**/policy_node"]["ros__parameters"]
     assert set(params) == {f.param_name for f in config_fields(PolicyNodeConfig)}
     assert params == dataclasses.asdict(PolicyNodeConfig())
     assert load_config(PolicyNodeConfig, YAML, "policy_node") == PolicyNodeConfig()
