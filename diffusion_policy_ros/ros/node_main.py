@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import rclpy
-from rclpy.exceptions import InvalidParameterValueException
+from rclpy.exceptions import InvalidParameterTypeException, InvalidParameterValueException
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 
@@ -19,7 +19,7 @@ def run_node(factory: Callable[[], Node], name: str, args=None) -> None:
     try:
         node = factory()
         rclpy.spin(node)
-    except (ConfigError, InvalidParameterValueException) as exc:
+    except (ConfigError, InvalidParameterValueException, InvalidParameterTypeException) as exc:
         print(f"{name}: invalid parameters: {exc}")
         raise SystemExit(2) from None
     except (KeyboardInterrupt, ExternalShutdownException):
