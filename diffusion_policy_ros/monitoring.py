@@ -27,7 +27,11 @@ class RollingStats:
 
 
 class RateMeter:
-    """Event rate (Hz) over a sliding time window, fed with monotonic times (s)."""
+    """Event rate (Hz) over a sliding time window of one clock (s).
+
+    The clock may be a ROS clock on sim time, which jumps back when a simulation or
+    a bag restarts: a time before the last event starts the count afresh.
+    """
 
     def __init__(self, window_s: float = 2.0):
         self.window_s = window_s
@@ -35,10 +39,14 @@ class RateMeter:
         self.total = 0
 
     def tick(self, now_s: float) -> None:
+        if self._times and now_s < self._times[-1]:
+            self._times.clear()
         self._times.append(now_s)
         self.total += 1
 
     def rate_hz(self, now_s: float) -> float:
+        if self._times and now_s < self._times[-1]:
+            self._times.clear()
         while self._times and self._times[0] < now_s - self.window_s:
             self._times.popleft()
         return len(self._times) / self.window_s

@@ -13,7 +13,11 @@ Thin lifecycle adapter around ``policy.runner.PolicyRunner`` and
   at start-up (plain ``ros2 run``, in-process bring-up).
 
 Subscribes ``observation/image`` + ``observation/points`` (paired by exact
-stamp), ``joint_states`` and ``instruction`` (reliable, transient local). A
+stamp), ``joint_states`` and ``instruction`` (reliable; transient local for a
+latched publisher that was there first and volatile for ``ros2 topic pub``, see
+``ros/latched.py``) and republishes each instruction it takes on
+``policy/instruction`` (reliable, transient local): what the policy acts on, for
+the simulation's scoring and for operators. A
 ``rate_hz`` timer selects To frames one ``action_dt_s`` apart, runs the policy
 and publishes ``policy/action_chunk`` (``header.stamp`` = the newest
 observation's stamp, point k at k * dt, joint_names + gripper_joint),
@@ -79,6 +83,7 @@ from diffusion_policy_ros.ros.conversions import (
     stamp_to_ns,
     xyzrgb_from_cloud_msg,
 )
+from diffusion_policy_ros.ros.latched import subscribe_any_durability
 from diffusion_policy_ros.ros.node_main import run_node
 from diffusion_policy_ros.ros.params import declare_config
 
@@ -102,7 +107,10 @@ class PolicyNode(LifecycleNode):
         self.history = ObservationHistory(self.joint_names, keep_s=cfg.max_obs_age_s + 1.0)
         self.refusals = ThrottledReasons(period_s=2.0)
         self.input_rejects = ThrottledReasons(period_s=2.0)
+        # Chunks per second of the node's clock (sim time under use_sim_time: the rate
+        # timer runs on it) and of the wall clock.
         self.chunk_rate = RateMeter()
+        self.chunk_rate_wall = RateMeter()
         self.stage_ms = {name: RollingStats() for name in (*STAGES, "predict", "tick")}
         self.observation_age_ms = RollingStats()
         self.history_offset_ms = RollingStats()
@@ -137,7 +145,8 @@ class PolicyNode(LifecycleNode):
                                  QoSProfile(depth=5))
         self.create_subscription(JointState, "joint_states", self._on_joint_states,
                                  QoSProfile(depth=10))
-        self.create_subscription(String, "instruction", self._on_instruction, latched)
+        subscribe_any_durability(self, String, "instruction", self._on_instruction)
+        self.instruction_pub = self.create_publisher(String, "policy/instruction", latched)
         # Lifecycle publishers: silent unless the node is active.
         self.chunk_pub = self.create_lifecycle_publisher(JointTrajectory, "policy/action_chunk",
                                                          QoSProfile(depth=2))
@@ -311,6 +320,7 @@ class PolicyNode(LifecycleNode):
     def _on_instruction(self, msg: String) -> None:
         text = normalize_instruction(msg.data)
         self.history.restart(self.get_clock().now().nanoseconds)
+        self.instruction_pub.publish(String(data=text))
         if text == self._instruction:
             return
         self._instruction = text
@@ -419,7 +429,8 @@ class PolicyNode(LifecycleNode):
 
         self._refusal = None
         self._chunk_instruction = instruction
-        self.chunk_rate.tick(time.monotonic())
+        self.chunk_rate.tick(self._clock_s())
+        self.chunk_rate_wall.tick(time.monotonic())
         if self._first_chunk_ms is None:
             self._first_chunk_ms = predict_ms
         for name, ms in runner.last_timings_ms.items():
@@ -458,9 +469,12 @@ class PolicyNode(LifecycleNode):
 
     # -- diagnostics --------------------------------------------------------------------------
 
+    def _clock_s(self) -> float:
+        return self.get_clock().now().nanoseconds * 1e-9
+
     def _publish_diagnostics(self) -> None:
         cfg = self.config
-        rate = self.chunk_rate.rate_hz(time.monotonic())
+        rate = self.chunk_rate.rate_hz(self._clock_s())
         acting = self._state == "active" and not self._stopped
         refusal = self._refusal if acting else None
         status = DiagnosticStatus(name=f"{self.get_name()}: policy", hardware_id="policy")
@@ -498,6 +512,7 @@ class PolicyNode(LifecycleNode):
             "num_samples": str(runner.num_samples) if runner else "",
             "rate_hz_target": f"{cfg.rate_hz:g}",
             "chunk_rate_hz": f"{rate:.2f}",
+            "chunk_rate_wall_hz": f"{self.chunk_rate_wall.rate_hz(time.monotonic()):.2f}",
             "chunks_total": str(self.chunk_rate.total),
             "overrun_ticks": str(self.overrun_ticks),
             "history_restarts": str(h.generation),

@@ -1,10 +1,15 @@
 """ROS test plumbing: isolated discovery, node processes stopped by PID, waiting on conditions."""
 
+import contextlib
+import importlib.util
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -118,3 +123,119 @@ def ros():
     harness = RosHarness()
     yield harness
     harness.close()
+
+
+#: The upstream `ros2` CLI, launch and launch_ros: scripts/setup.sh installs them from
+#: ../shared/ros2-tools where that folder exists; a ROS 2 install also provides them.
+ROS2_TOOLS = (importlib.util.find_spec("launch_ros") is not None
+              and shutil.which("ros2", path=f"{Path(sys.executable).parent}{os.pathsep}"
+                                            f"{os.environ.get('PATH', '')}") is not None)
+requires_ros2_tools = pytest.mark.skipif(
+    not ROS2_TOOLS, reason="the ros2 CLI, launch and launch_ros are not installed (PyPI has "
+    "none): scripts/setup.sh installs them from ../shared/ros2-tools where that folder "
+    "exists; a ROS 2 install provides them too")
+
+
+def session_processes(sid: int) -> list[int]:
+    """PIDs of the live processes in session ``sid`` (Linux /proc)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid and fields[0] != "Z":  # fields[3]: session id
+            pids.append(int(entry))
+    return pids
+
+
+class Ros2Command:
+    """A `ros2 ...` command run as in a terminal: its own session, SIGINT as Ctrl-C.
+
+    `ros2 launch` stops its nodes only on SIGINT, and a background process of a
+    non-interactive shell starts with SIGINT ignored: the handler is restored here.
+    """
+
+    def __init__(self, args: list[str], env: dict, log_path: Path):
+        self.args = args
+        self.log_path = log_path
+        self._log = open(log_path, "w")  # noqa: SIM115 - closed in interrupt()
+        self.proc = subprocess.Popen(
+            args, env=env, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+    def log(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text()
+
+    def wait_for(self, predicate, timeout_s: float, what: str) -> None:
+        """Poll ``predicate(log)`` until true; fails with the log on timeout or early exit."""
+        deadline = time.monotonic() + timeout_s
+        while not predicate(self.log()):
+            if self.proc.poll() is not None and not predicate(self.log()):
+                raise AssertionError(f"{self.args[:3]} exited ({self.proc.returncode}) before "
+                                     f"{what}:\n{self.log()[-6000:]}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout_s} s waiting for {what}:\n"
+                                     f"{self.log()[-6000:]}")
+            time.sleep(0.2)
+
+    def wait_exit(self, timeout_s: float) -> int:
+        try:
+            return self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"{self.args[:3]} still running after {timeout_s} s:\n"
+                                 f"{self.log()[-6000:]}") from None
+
+    def interrupt(self, timeout_s: float = 30.0, group: bool = False) -> list[int]:
+        """SIGINT to the command (``group``: to its whole process group, as Ctrl-C in a
+        terminal, which `ros2 run` relies on), wait; returns the PIDs of its session still
+        alive afterwards (killed here, so nothing outlives the test)."""
+        sid = self.proc.pid
+        if self.proc.poll() is None:
+            if group:
+                os.killpg(sid, signal.SIGINT)
+            else:
+                self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        deadline = time.monotonic() + 5.0
+        while session_processes(sid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = session_processes(sid)
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self._log.close()
+        return left
+
+
+@pytest.fixture
+def ros2_command(tmp_path):
+    """Start `ros2 ...` commands (Ros2Command); any still running are interrupted at the end."""
+    started = []
+
+    def start(args: list[str], env: dict, name: str) -> Ros2Command:
+        command = Ros2Command(args, env, tmp_path / f"{name}.log")
+        started.append(command)
+        return command
+
+    yield start
+    for command in started:
+        if not command._log.closed:
+            command.interrupt()
+
+
+@pytest.fixture
+def ros2_env(colcon_install):
+    """The test's ROS environment after `source install/local_setup.bash` of the colcon build."""
+    if not ROS2_TOOLS:
+        pytest.skip(requires_ros2_tools.kwargs["reason"])
+    return colcon_install.env()
