@@ -45,6 +45,9 @@ class RejectReason(enum.Enum):
     NON_INCREASING_TIME = "non_increasing_time"
     STAMP_TOO_OLD = "stamp_too_old"
     STAMP_IN_FUTURE = "stamp_in_future"
+    SAME_STAMP = "same_stamp"
+    """Conditioned on the observation of the chunk in execution: a policy ticking faster
+    than new observations arrive. Nothing new to execute; not an error."""
     NOT_NEWER = "not_newer"
     NO_FUTURE_POINTS = "no_future_points"
     STATE_UNAVAILABLE = "state_unavailable"

@@ -124,7 +124,11 @@ class ActionChunkTimeline:
         c = self.config
         valid = validate_chunk(chunk, now_s, c.joint_names, c.gripper_joint,
                                c.max_chunk_age_s, c.future_tolerance_s)
-        if valid.stamp_s <= self.last_stamp_s:
+        if valid.stamp_s == self.last_stamp_s:
+            raise ChunkRejected(RejectReason.SAME_STAMP,
+                                f"stamp {valid.stamp_s:.6f} is the current chunk's: planned "
+                                "from the same observation")
+        if valid.stamp_s < self.last_stamp_s:
             raise ChunkRejected(RejectReason.NOT_NEWER,
                                 f"stamp {valid.stamp_s:.6f} is not newer than the current "
                                 f"chunk's {self.last_stamp_s:.6f}")

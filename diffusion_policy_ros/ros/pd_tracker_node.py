@@ -22,6 +22,7 @@ from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory
 
 from diffusion_policy_ros.control import ActionChunk, PdTracker, PdTrackerConfig, TrackerMode
+from diffusion_policy_ros.control.chunk import RejectReason
 from diffusion_policy_ros.monitoring import RollingStats, ThrottledReasons
 from diffusion_policy_ros.ros.conversions import stamp_to_ns
 from diffusion_policy_ros.ros.node_main import run_node
@@ -124,9 +125,14 @@ class PdTrackerNode(Node):
 
     def _on_chunk(self, msg: JointTrajectory) -> None:
         decision = self.tracker.submit_chunk(chunk_from_msg(msg), self._now_s())
-        if not decision.accepted:
-            self._report(f"chunk_{decision.reason.value}",
-                         f"rejected action chunk ({decision.reason.value}): {decision.detail}")
+        if decision.accepted:
+            return
+        if decision.reason is RejectReason.SAME_STAMP:
+            # Normal when the policy ticks before a new observation: counted, not an error.
+            self.get_logger().debug(f"skipped action chunk: {decision.detail}")
+            return
+        self._report(f"chunk_{decision.reason.value}",
+                     f"rejected action chunk ({decision.reason.value}): {decision.detail}")
 
     def _on_joint_states(self, msg: JointState) -> None:
         stamp_ns = stamp_to_ns(msg.header.stamp)
@@ -144,7 +150,11 @@ class PdTrackerNode(Node):
         s = self.states
         cmd = self.tracker.tick(self._now_s(), s.q, s.qd, s.stamp_s, s.gripper_opening_m)
         if cmd.mode is TrackerMode.FAULT and cmd.fault != self._published_fault:
-            self._report("fault", f"tracker fault: {cmd.fault}; commanding zero effort")
+            if s.stamp_s is None:  # start-up: the arm's first joint_states are on their way
+                self.get_logger().info("waiting for the first joint_states (zero effort "
+                                       "until they arrive)")
+            else:
+                self._report("fault", f"tracker fault: {cmd.fault}; commanding zero effort")
         self._published_fault = cmd.fault
         if cmd.send:
             self.effort_pub.publish(Float64MultiArray(data=list(cmd.effort_nm)))
@@ -165,7 +175,9 @@ class PdTrackerNode(Node):
         info = self.tracker.diagnostics()
         status = DiagnosticStatus(name=f"{self.get_name()}: pd tracker", hardware_id="arm")
         mode = info["mode"]
-        if mode == TrackerMode.FAULT.value:
+        if mode == TrackerMode.FAULT.value and self.states.stamp_s is None:
+            status.level, status.message = DiagnosticStatus.WARN, "waiting for joint_states"
+        elif mode == TrackerMode.FAULT.value:
             status.level, status.message = DiagnosticStatus.ERROR, f"fault: {info['fault']}"
         elif rate < 0.9 * self.config.rate_hz:
             status.level = DiagnosticStatus.WARN

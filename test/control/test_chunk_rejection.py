@@ -78,13 +78,14 @@ def test_every_class_rejected_counted_and_motion_unaffected(sim_factory, chunk):
     assert sims[0].log[-1][1].mode is TrackerMode.TRACKING
 
 
-def test_not_newer_rejects_replays_and_reordered_chunks(sim_factory, chunk):
+def test_same_stamp_and_not_newer_reject_repeats_and_reordered_chunks(sim_factory, chunk):
     sim = sim_factory()
     sim.run(0.1)
     assert sim.submit(chunk(0.05, lambda t: 0.1)).accepted
     sim.run(0.01)
+    # A second chunk from the same observation (the policy ticked before a new frame).
     again = sim.submit(chunk(0.05, lambda t: 0.1))
-    assert again.reason is RejectReason.NOT_NEWER
+    assert again.reason is RejectReason.SAME_STAMP
     older = sim.submit(chunk(0.0, lambda t: 0.1))
     assert older.reason is RejectReason.NOT_NEWER
     assert sim.submit(chunk(0.051, lambda t: 0.1)).accepted
