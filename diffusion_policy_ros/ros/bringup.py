@@ -51,15 +51,19 @@ sim.yaml's seed (0) applies and the measured episodes use 1..N.
 with ``publish_instruction:=false`` (two latched publishers on ``instruction``
 would race after each reset) and this process publishes TEXT on
 ``instruction`` (reliable, transient local) at start-up and after each reset.
-The sim still scores its own target, so an instruction naming another object
-should end in wrong_object (or timeout).
+The sim scores the object TEXT names (``no_target``, which never ends an
+episode, when it names none). Without ``--instruction`` the sim instructs itself;
+``--sim-param publish_instruction:=false`` makes it wait for a person's
+instruction instead, as ``grasp.launch.py`` does by default.
 
 ``--switch-after S`` (with ``--episodes``) changes the instruction mid-episode
 through the nodes, as ``dpr eval --instructions switch`` does in process: after
 each reset this process publishes an instruction for another object (the same
 one ``dpr eval`` picks for the seed) and, S seconds of sim time later, the
-episode's own (sim_node again with ``publish_instruction:=false``). Success
-means the policy dropped the first target for the new one.
+episode's own (the seed's task, ``sim.runtime.seed_task``; sim_node again with
+``publish_instruction:=false``). The sim follows both, so success means the
+policy dropped the first target for the new one and lifting the first-named
+object after the switch is a wrong object.
 """
 
 from __future__ import annotations
@@ -470,7 +474,7 @@ class Monitor:
     def _on_episode(self, msg) -> None:
         report = json.loads(msg.data)
         self.episodes[report["episode"]] = report
-        if report["status"] != "running":
+        if report["status"] in OUTCOMES:
             self.ended.append(report)
 
     # waiting
@@ -573,11 +577,7 @@ def _run_episodes(mon: Monitor, opts: Options, records: list[dict]) -> None:
     wall_limit_s = 5.0 * limit_s / rtf + 60.0
     if not mon.spin_until(mon.reset_client.service_is_ready, 30.0):
         raise Stop("service /sim_node/reset not available")
-    object_names: list[str] = []
-    if opts.switch_after_s is not None:
-        from diffusion_policy_ros.sim.scene import find_objects, load_model
-
-        object_names = [o.name for o in find_objects(load_model())]
+    object_names = _object_names() if opts.switch_after_s is not None else []
     for index in range(opts.episodes):
         known = max(mon.episodes, default=0)
         message = mon.reset()
@@ -591,7 +591,7 @@ def _run_episodes(mon: Monitor, opts: Options, records: list[dict]) -> None:
 
         def ended(number=number) -> bool:
             report = mon.episodes.get(number)
-            return report is not None and report["status"] != "running"
+            return report is not None and report["status"] in OUTCOMES
 
         first = None
         if opts.switch_after_s is not None:
@@ -628,24 +628,35 @@ def _run_episodes(mon: Monitor, opts: Options, records: list[dict]) -> None:
               f"{record['chunks']} chunks", flush=True)
 
 
+def _object_names() -> list[str]:
+    from diffusion_policy_ros.sim.scene import find_objects, load_model
+
+    return [o.name for o in find_objects(load_model())]
+
+
 def _give_startup_episode_its_instruction(mon: Monitor, timeout_s: float) -> None:
     """With ``--switch-after`` sim_node publishes no instruction: without this the policy
     would wait for one and no chunk would flow before the first measured episode."""
+    from diffusion_policy_ros.sim.runtime import seed_task
+
     if not mon.spin_until(lambda: bool(mon.episodes), timeout_s):
         raise Stop(f"no sim/episode report from sim_node within {timeout_s:.0f} s")
-    mon.publish_instruction(mon.episodes[max(mon.episodes)]["instruction"])
+    seed = int(mon.episodes[max(mon.episodes)]["seed"])
+    mon.publish_instruction(seed_task(seed, _object_names()).instruction)
 
 
 def _switch_instruction(mon: Monitor, number: int, object_names: list[str], after_s: float,
                         ended, wall_limit_s: float) -> str:
     """Publish another object's instruction now and the episode's own ``after_s`` of
     sim time later (unless the episode ended first); returns the first one."""
+    from diffusion_policy_ros.sim.runtime import seed_task
     from diffusion_policy_ros.sim.task import wrong_instruction
 
     if not mon.spin_until(lambda: number in mon.episodes, 30.0):
         raise Stop(f"no sim/episode report for episode {number}")
-    report = mon.episodes[number]
-    first = wrong_instruction(report["target"], object_names, int(report["seed"]))
+    seed = int(mon.episodes[number]["seed"])
+    own = seed_task(seed, object_names)  # the sim follows the last instruction: not the report's
+    first = wrong_instruction(own.target, object_names, seed)
     mon.publish_instruction(first)
     t0_ns = mon.node.get_clock().now().nanoseconds  # sim time with --use-sim-time
 
@@ -654,7 +665,7 @@ def _switch_instruction(mon: Monitor, number: int, object_names: list[str], afte
 
     mon.spin_until(due, wall_limit_s)
     if not ended():
-        mon.publish_instruction(report["instruction"])
+        mon.publish_instruction(own.instruction)
     return first
 
 

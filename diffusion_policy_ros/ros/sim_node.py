@@ -6,6 +6,19 @@ publishes ``joint_states``, the camera topics of the Azure Kinect driver, the
 episode's ``instruction`` and state (``sim/episode``, ``/diagnostics``) and, with
 ``publish_clock``, ``/clock``. ``~/reset`` (std_srvs/Trigger) starts the next episode.
 
+Instructions. The episode is scored against the object a person's instruction names
+(``SimulationRuntime.follow_instruction``, the task generator's grammar), not only
+the sim's own choice. With ``publish_instruction`` each episode starts with the sim's
+own instruction (published latched) and a person's replaces it until the next reset;
+without it the episode waits for a person's instruction (``waiting_for_instruction``)
+and keeps the last one across resets. Words naming no object of the scene give
+``no_target``: nothing is scored, lifting is no wrong object. After an episode ended,
+an instruction starts the next episode in the scene as it is (no reset). The sim
+hears instructions on ``policy/instruction`` (what policy_node took, from any
+publisher) and from latched publishers on ``instruction`` directly; it deliberately
+has no volatile subscription there, so ``ros2 topic pub --once`` (which publishes
+as soon as one subscriber matches) waits for policy_node, the one that must get it.
+
 Timing. The loop runs on a wall-clock timer bound to the STEADY clock, never on
 the node's ROS clock: this node is the clock source, and with ``use_sim_time``
 a ROS-clock timer would wait for a ``/clock`` that only this timer publishes.
@@ -45,6 +58,7 @@ import time
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.clock import Clock, ClockType
+from rclpy.event_handler import SubscriptionEventCallbacks
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile
 from rosgraph_msgs.msg import Clock as ClockMsg
@@ -60,12 +74,14 @@ from diffusion_policy_ros.ros.params import declare_config
 from diffusion_policy_ros.sim.runtime import SimulationRuntime
 from diffusion_policy_ros.sim.scene import ARM_JOINT_NAMES, JOINT_NAMES
 from diffusion_policy_ros.sim.sim_config import SimConfig
-from diffusion_policy_ros.sim.task import TaskState
+from diffusion_policy_ros.sim.task import TaskState, task_for_instruction
 
 #: Optical frame of the colour camera, as the Azure Kinect driver names it.
 CAMERA_FRAME = "rgb_camera_link"
 #: ``/diagnostics`` keys of the episode report entries that do not read well as episode_<key>.
 _EPISODE_KEYS = {"episode": "episode", "sim_time_s": "sim_time_s"}
+#: ``sim/episode`` statuses that end an episode.
+TERMINAL = ("success", "wrong_object", "timeout")
 
 
 def command_values(msg: Float64MultiArray, expected: int) -> tuple[np.ndarray | None, str, str]:
@@ -88,6 +104,8 @@ def command_values(msg: Float64MultiArray, expected: int) -> tuple[np.ndarray | 
 
 
 def episode_status(state: TaskState) -> str:
+    if not state.has_target:
+        return "no_target" if state.instruction.strip() else "waiting_for_instruction"
     if state.success:
         return "success"
     if state.wrong_object is not None:
@@ -95,13 +113,27 @@ def episode_status(state: TaskState) -> str:
     return "timeout" if state.timed_out else "running"
 
 
-def episode_report(state: TaskState, episode: int, seed: int, sim_time_s: float) -> dict:
+def episode_detail(state: TaskState, object_names=()) -> str:
+    """Why nothing is scored (empty while there is a target)."""
+    status = episode_status(state)
+    if status == "waiting_for_instruction":
+        return "no instruction yet: publish one on 'instruction' (std_msgs/String)"
+    if status == "no_target":
+        names = ", ".join(n.replace("_", " ") for n in object_names)
+        return (f"'{state.instruction}' names no object of the scene ({names}): nothing is "
+                "scored until an instruction does")
+    return ""
+
+
+def episode_report(state: TaskState, episode: int, seed: int, sim_time_s: float,
+                   object_names=()) -> dict:
     """What ``sim/episode`` carries (as JSON) and ``/diagnostics`` repeats."""
     return {"episode": episode, "seed": seed, "status": episode_status(state),
             "target": state.target, "instruction": state.instruction,
             "success": state.success, "wrong_object": state.wrong_object or "",
             "timed_out": state.timed_out, "elapsed_s": round(state.elapsed_s, 4),
-            "sim_time_s": round(sim_time_s, 4)}
+            "sim_time_s": round(sim_time_s, 4),
+            "detail": episode_detail(state, object_names)}
 
 
 class SimNode(Node):
@@ -132,6 +164,7 @@ class SimNode(Node):
         self._last_command_s: float | None = None
         self._stale = False
         self.command_timeouts = 0
+        self._instruction = ""  # the last instruction heard (kept across resets)
         self._gripper_m = float(scene.joint_positions()[6])
         self._next_js_s = 0.0
         # Loop pacing and stamps.
@@ -160,6 +193,12 @@ class SimNode(Node):
                                  QoSProfile(depth=1))
         self.create_subscription(Float64MultiArray, "gripper_controller/commands",
                                  self._on_gripper, QoSProfile(depth=1))
+        # Transient local only (see the module docstring); volatile publishers it cannot
+        # match are expected and not reported.
+        quiet = SubscriptionEventCallbacks(incompatible_qos=lambda _event: None)
+        self.create_subscription(String, "instruction", self._on_instruction, latched,
+                                 event_callbacks=quiet)
+        self.create_subscription(String, "policy/instruction", self._on_instruction, latched)
         self.create_service(Trigger, "~/reset", self._on_reset)
 
         self._start_episode()
@@ -203,7 +242,10 @@ class SimNode(Node):
     def _start_episode(self) -> None:
         # One physics step after the previous episode's last instant (never 0 = "unset").
         self._offset_s = self.sim_time_s() + self.dt if self._episode else self.dt
-        state = self.runtime.reset()
+        task = None  # the seed's own task
+        if not self.config.publish_instruction:
+            task = task_for_instruction(self._instruction, self.runtime.scene.object_names)
+        state = self.runtime.reset(task=task)
         self._episode += 1
         self._effort = None  # the arm was teleported home: efforts for the old pose are void
         self._gripper_m = float(self.runtime.scene.joint_positions()[6])
@@ -217,8 +259,28 @@ class SimNode(Node):
         if self.config.publish_instruction:
             self.instruction_pub.publish(String(data=state.instruction))
         self._after_step(state)
+        told = (f"'{state.instruction}' -> {state.target}" if state.has_target
+                else episode_detail(state, self.runtime.scene.object_names))
         self.get_logger().info(f"episode {self._episode} (seed {self.runtime.episode_seed}): "
-                               f"'{state.instruction}' -> {state.target}")
+                               f"{told}")
+
+    def _on_instruction(self, msg: String) -> None:
+        text = " ".join(msg.data.split())  # as policy_node republishes it
+        before = self.runtime.task_state
+        if text == " ".join(before.instruction.split()) and not before.done:
+            return  # the same message again (from policy/instruction), or our own
+        self._instruction = text
+        state = self.runtime.follow_instruction(text)
+        if before.done:
+            self._episode += 1  # the next episode, in the scene as it is
+        if state.has_target:
+            self.get_logger().info(f"episode {self._episode}: instruction '{text}' -> "
+                                   f"{state.target}")
+        else:
+            self.get_logger().warning(f"episode {self._episode}: "
+                                      f"{episode_detail(state, self.runtime.scene.object_names)}")
+        self._status = episode_status(state)
+        self._publish_episode(state)
 
     def _on_reset(self, request: Trigger.Request, response: Trigger.Response):
         self._start_episode()
@@ -230,9 +292,9 @@ class SimNode(Node):
 
     def _publish_episode(self, state: TaskState) -> None:
         report = episode_report(state, self._episode, self.runtime.episode_seed,
-                                self.sim_time_s())
+                                self.sim_time_s(), self.runtime.scene.object_names)
         self.episode_pub.publish(String(data=json.dumps(report)))
-        if report["status"] != "running":
+        if report["status"] in TERMINAL:
             self.get_logger().info(f"episode {self._episode} ended: {report['status']} after "
                                    f"{state.elapsed_s:.2f} s")
 
@@ -357,7 +419,8 @@ class SimNode(Node):
         rtf = (sim - sim0) / max(1e-9, wall - wall0)
         rates = {name: meter.rate_hz(wall) for name, meter in self.rates.items()}
         state = self.runtime.task_state
-        report = episode_report(state, self._episode, self.runtime.episode_seed, sim)
+        report = episode_report(state, self._episode, self.runtime.episode_seed, sim,
+                                self.runtime.scene.object_names)
         problems = []
         if self._stale:
             age = sim - self._last_command_s

@@ -40,10 +40,21 @@ from diffusion_policy_ros.sim.camera import (
 )
 from diffusion_policy_ros.sim.scene import ArmScene
 from diffusion_policy_ros.sim.sim_config import SimConfig
-from diffusion_policy_ros.sim.task import GraspTask, TaskEvaluator, TaskState, sample_task
+from diffusion_policy_ros.sim.task import (
+    GraspTask,
+    TaskEvaluator,
+    TaskState,
+    sample_task,
+    task_for_instruction,
+)
 
 #: Independent random streams derived from an episode seed (the layout uses the seed itself).
 _TASK_STREAM, _NOISE_STREAM = 1, 2
+
+
+def seed_task(seed: int, object_names) -> GraspTask:
+    """The task episode ``seed`` samples when none is given (target and instruction)."""
+    return sample_task(object_names, np.random.default_rng([seed, _TASK_STREAM]))
 
 
 def load_tracker_config(path=CONFIG_DIR / "pd_tracker.yaml") -> PdTrackerConfig:
@@ -91,14 +102,15 @@ class SimulationRuntime:
         """New layout, task and tracker from ``seed`` (None: the next seed in sequence).
 
         ``task`` overrides the sampled target and instruction (its target must
-        be an object of the scene). The clock restarts at 0.
+        be an object of the scene, or "" to score nothing until ``follow_instruction``).
+        The clock restarts at 0.
         """
         seed = self._next_seed if seed is None else int(seed)
         self._next_seed = seed + 1
         self.episode_seed = seed
         self.scene.reset(seed=seed, settle_s=self.config.settle_s)
         if task is None:
-            task = sample_task(self.scene.object_names, np.random.default_rng([seed, _TASK_STREAM]))
+            task = seed_task(seed, self.scene.object_names)
         self.task = TaskEvaluator(task, self.scene.object_names, self._object_heights_m(),
                                   self.config.task_config(), start_time_s=self.time_s)
         self._noise_rng = np.random.default_rng([seed, _NOISE_STREAM])
@@ -108,6 +120,11 @@ class SimulationRuntime:
         self.last_command: TrackerCommand | None = None
         self._tick()  # the tracker has seen the first joint state: it holds the arm here
         return self.task.state
+
+    def follow_instruction(self, text: str) -> TaskState:
+        """Score the episode against the object ``text`` names (``TaskEvaluator.follow``)."""
+        task = task_for_instruction(text, self.scene.object_names)
+        return self.task.follow(task, self.time_s, self._object_heights_m())
 
     @property
     def time_s(self) -> float:

@@ -48,8 +48,11 @@ class SimConfig:
     publish_clock: bool = param(False, "sim_node: publish /clock (sim time, monotonic across "
                                 "resets) and stamp every message with sim time; false: stamp "
                                 "with the node's ROS clock")
-    publish_instruction: bool = param(True, "sim_node: publish each episode's instruction on "
-                                      "'instruction' (latched); false: the user publishes it")
+    publish_instruction: bool = param(True, "sim_node: each episode starts with the sim's own "
+                                      "instruction, published on 'instruction' (latched); "
+                                      "false: episodes wait for a person's instruction and "
+                                      "keep it across resets. Either way a person's "
+                                      "instruction sets the object that is scored")
     joint_state_rate_hz: float = param(500.0, "sim_node: joint_states rate in sim time (Hz), "
                                        "at most the 500 Hz physics rate", low=1.0, high=500.0)
     command_timeout_s: float = param(0.1, "sim_node: sim time after the last valid arm command "

@@ -8,6 +8,11 @@ vocabulary needs: every colour and shape word, synonyms included, maps back to
 one name. ``parse_instruction`` inverts ``instruction_for`` so tests can check
 that every generated sentence names its target, and evaluations can score a
 policy against the object a (possibly wrong or paraphrased) instruction means.
+
+``TaskEvaluator.follow`` scores an episode against a person's instruction: the
+simulation then grades the object their words name, whatever it chose itself. A
+task whose target is "" has nothing to score: no instruction yet, or one that names
+no object of the scene.
 """
 
 from __future__ import annotations
@@ -91,10 +96,15 @@ def parse_instruction(text: str, object_names: Sequence[str]) -> str | None:
 
 @dataclasses.dataclass(frozen=True)
 class GraspTask:
-    """What one episode asks for."""
+    """What one episode asks for (``target`` "": nothing the scene has, or no instruction)."""
 
     target: str
     instruction: str
+
+
+def task_for_instruction(text: str, object_names: Sequence[str]) -> GraspTask:
+    """The task a person's instruction sets: its object, or target "" when it names none."""
+    return GraspTask(parse_instruction(text, object_names) or "", text)
 
 
 SWITCH_AFTER_S = 1.0
@@ -153,6 +163,11 @@ class TaskState:
         return self.success or self.wrong_object is not None or self.timed_out
 
     @property
+    def has_target(self) -> bool:
+        """False while there is nothing to score (no instruction, or one naming no object)."""
+        return bool(self.target)
+
+    @property
     def terminated(self) -> bool:
         """Ended by the task itself (success or wrong object), not by the time limit."""
         return self.success or self.wrong_object is not None
@@ -163,25 +178,56 @@ class TaskEvaluator:
 
     Heights come in ``object_names`` order; resting heights are the heights at
     the start of the episode (objects placed and settled). Once done, the state
-    no longer changes.
+    no longer changes (until ``follow`` gives a new task). Without a target
+    (``task.target`` "") nothing is scored and the time limit does not run.
     """
 
     def __init__(self, task: GraspTask, object_names: Sequence[str], rest_heights_m,
                  config: TaskConfig | None = None, start_time_s: float = 0.0):
         self.config = config or TaskConfig()
         self.object_names = tuple(object_names)
-        if task.target not in self.object_names:
-            raise ValueError(f"target '{task.target}' is not among {self.object_names}")
+        self._check(task)
         self.task = task
-        self._target = self.object_names.index(task.target)
         self._rest_m = np.asarray(rest_heights_m, dtype=np.float64).reshape(len(object_names))
         self.start_time_s = float(start_time_s)
         self.state = TaskState(task.target, task.instruction, 0.0, False, None, False, None)
 
+    def _check(self, task: GraspTask) -> None:
+        if task.target and task.target not in self.object_names:
+            raise ValueError(f"target '{task.target}' is not among {self.object_names}")
+
+    @property
+    def _target(self) -> int:
+        return self.object_names.index(self.task.target)
+
+    def follow(self, task: GraspTask, time_s: float, heights_m) -> TaskState:
+        """Score against ``task`` from ``time_s`` on: a person's (new) instruction.
+
+        While the episode runs, a new target keeps its start and resting heights (the
+        same target only takes the new words); the first target of an episode that had
+        none starts its clock; after the end, a new evaluation begins in the scene as it
+        is (the current heights become the resting ones). Target "" suspends scoring.
+        """
+        self._check(task)
+        s = self.state
+        if s.done:
+            self._rest_m = np.asarray(heights_m, dtype=np.float64).reshape(len(self.object_names))
+            self.start_time_s = float(time_s)
+        elif not s.has_target:
+            self.start_time_s = float(time_s)
+        elif task.target == s.target:
+            self.task = task
+            self.state = dataclasses.replace(s, instruction=task.instruction)
+            return self.state
+        self.task = task
+        elapsed = float(time_s) - self.start_time_s
+        self.state = TaskState(task.target, task.instruction, elapsed, False, None, False, None)
+        return self.state
+
     def update(self, time_s: float, heights_m) -> TaskState:
         """Advance the evaluation to ``time_s`` with the objects' current centre heights."""
         s = self.state
-        if s.done:
+        if s.done or not s.has_target:
             return s
         c = self.config
         elapsed = float(time_s) - self.start_time_s

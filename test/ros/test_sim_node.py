@@ -336,18 +336,57 @@ def test_sim_clock_runs_at_real_time_factor_and_episodes_auto_reset(ros, start_n
     assert node.alive(), node.log()
 
 
-def test_instruction_is_not_published_when_told_not_to(ros, start_node):
-    """publish_instruction:=false: the instruction comes from a person (ros2 topic pub);
-    the episode report still names the task so results can be scored."""
+def _episode(h):
+    return h.episodes[-1] if h.episodes else {}
+
+
+def test_waiting_sim_scores_the_object_a_persons_instruction_names(ros, start_node):
+    """publish_instruction:=false: the episode waits for a person (no time limit), then
+    scores the object the words name and keeps them across resets; words naming nothing
+    give no_target (#16: the sim used to score its own target)."""
     node = start_node("diffusion_policy_ros.ros.sim_node", SIM_PARAMS + [
         "-p", "publish_instruction:=false", "-p", "resolution:=[320, 180]",
-        "-p", "time_limit_s:=0.3", "-p", "auto_reset:=true"])
+        "-p", "time_limit_s:=0.5", "-p", "auto_reset:=true", "-p", "diagnostics_period_s:=0.2"])
     h = SimHarness(ros, camera=False)
-    ros.spin_until(lambda: h.episodes and h.episodes[-1]["episode"] >= 3, 30.0,
-                   lambda: f"episodes: {h.episodes}\n{node.log()}")
-    assert h.instructions == []
-    assert all(e["instruction"] and e["target"] for e in h.episodes), h.episodes
-    assert node.alive(), node.log()
+    ros.spin_until(lambda: float(h.value("episode_time_s")) > 1.0, 30.0,
+                   lambda: f"sim time past the limit: {h.episodes}\n{node.log()}")
+    assert [e["status"] for e in h.episodes] == ["waiting_for_instruction"], h.episodes
+    assert "publish one on 'instruction'" in h.episodes[-1]["detail"]
+    # What policy_node republishes from a person's `ros2 topic pub` (volatile).
+    taken = ros.node.create_publisher(String, "policy/instruction", LATCHED)
+    taken.publish(String(data="pick up the red cube"))
+    ros.spin_until(lambda: _episode(h).get("target") == "red_cube", 10.0,
+                   lambda: f"the red cube as target: {h.episodes}")
+    assert _episode(h)["status"] == "running" and _episode(h)["episode"] == 1
+    # The limit runs from the instruction; the next episode keeps the person's words.
+    ros.spin_until(lambda: _episode(h).get("episode", 0) >= 2, 30.0,
+                   lambda: f"a timeout and an auto reset: {h.episodes}")
+    assert _episode(h)["target"] == "red_cube" and _episode(h)["status"] == "running"
+    assert h.episodes[-2]["status"] == "timeout" and h.episodes[-2]["elapsed_s"] >= 0.5
+    taken.publish(String(data="pick up the orange cone"))
+    ros.spin_until(lambda: _episode(h).get("status") == "no_target", 10.0,
+                   lambda: f"no_target: {h.episodes}")
+    assert "names no object of the scene (red cube," in _episode(h)["detail"]
+    assert h.instructions == [] and node.alive(), node.log()
+
+
+def test_a_persons_latched_instruction_replaces_the_sims_until_the_next_reset(ros, sim_node):
+    h = SimHarness(ros, camera=False)
+    ros.spin_until(lambda: _episode(h).get("status") == "running", 30.0,
+                   lambda: f"the first episode: {h.episodes}\n{sim_node.log()}")
+    own = _episode(h)
+    other = next(o for o in ("red_cube", "yellow_cylinder") if o != own["target"])
+    words = f"grasp the {other.replace('_', ' ')}"
+    person = ros.node.create_publisher(String, "instruction", LATCHED)
+    person.publish(String(data=words))
+    ros.spin_until(lambda: _episode(h).get("target") == other, 10.0,
+                   lambda: f"{other} as target: {h.episodes}")
+    assert _episode(h)["instruction"] == words and _episode(h)["episode"] == own["episode"]
+    reset = ros.node.create_client(Trigger, "sim_node/reset")
+    ros.call_idempotent(reset, Trigger.Request())
+    ros.spin_until(lambda: _episode(h).get("episode", 0) > own["episode"], 10.0, "the reset")
+    assert _episode(h)["instruction"] == h.instructions[-1] != words
+    assert sim_node.alive(), sim_node.log()
 
 
 def test_invalid_parameters_fail_fast(start_node):
@@ -389,4 +428,10 @@ def test_command_validation_and_episode_report():
     assert json.loads(json.dumps(report)) == {
         "episode": 3, "seed": 7, "status": "running", "target": "red_cube",
         "instruction": "lift the red cube", "success": False, "wrong_object": "",
-        "timed_out": False, "elapsed_s": 1.5, "sim_time_s": 12.3457}
+        "timed_out": False, "elapsed_s": 1.5, "sim_time_s": 12.3457, "detail": ""}
+    waiting = TaskState("", "", 0.0, False, None, False, None)
+    assert episode_status(waiting) == "waiting_for_instruction"
+    nothing = TaskState("", "pick up the pink cube", 0.0, False, None, False, None)
+    assert episode_status(nothing) == "no_target"
+    assert episode_report(nothing, 1, 2, 3.0, ["red_cube"])["detail"].startswith(
+        "'pick up the pink cube' names no object of the scene (red cube)")

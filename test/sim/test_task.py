@@ -16,6 +16,7 @@ from diffusion_policy_ros.sim.task import (
     instruction_for,
     parse_instruction,
     sample_task,
+    task_for_instruction,
 )
 
 OBJECTS = ("red_cube", "green_cube", "blue_cube", "yellow_cylinder", "purple_cylinder")
@@ -137,3 +138,65 @@ def test_configurable_limits_and_frozen_final_state():
 def test_target_must_be_in_the_scene():
     with pytest.raises(ValueError):
         TaskEvaluator(GraspTask("black_cube", "x"), OBJECTS, REST_M)
+
+
+# -- a person's instruction: the evaluator follows the object the words name ------------------
+
+def test_instruction_words_set_the_target_with_the_generator_grammar():
+    assert task_for_instruction("pick up the red cube", OBJECTS) == GraspTask(
+        "red_cube", "pick up the red cube")
+    assert task_for_instruction("could you grab the violet can?", OBJECTS).target == \
+        "purple_cylinder"
+    for nothing in ("pick up the orange cone", "pick up the red ball", "", "lift the cube"):
+        assert task_for_instruction(nothing, OBJECTS).target == "", nothing
+
+
+def test_a_new_target_mid_episode_is_scored_and_lifting_the_old_one_is_wrong():
+    ev = TaskEvaluator(GraspTask("blue_cube", "lift the blue block"), OBJECTS, REST_M)
+    ev.update(1.0, REST_M)
+    state = ev.follow(task_for_instruction("pick up the red cube", OBJECTS), 1.0, REST_M)
+    assert state.target == "red_cube" and state.elapsed_s == 1.0 and not state.done
+    assert ev.update(2.0, _lift("red_cube", 1.5)(2.0)).lifted_since_s == 2.0
+    assert ev.update(2.6, _lift("red_cube", 1.5)(2.6)).success
+    ev = TaskEvaluator(GraspTask("blue_cube", "x"), OBJECTS, REST_M)
+    ev.follow(GraspTask("red_cube", "pick up the red cube"), 0.5, REST_M)
+    assert ev.update(1.0, _lift("blue_cube", 0.0)(1.0)).wrong_object == "blue_cube"
+
+
+def test_same_target_in_other_words_keeps_the_evaluation():
+    ev = TaskEvaluator(GraspTask("red_cube", "lift the red cube"), OBJECTS, REST_M)
+    ev.update(1.0, _lift("red_cube", 0.8)(1.0))
+    state = ev.follow(GraspTask("red_cube", "grab the red box"), 1.1, REST_M)
+    assert state.instruction == "grab the red box" and state.lifted_since_s == \
+        pytest.approx(1.0)
+    assert ev.update(1.5, _lift("red_cube", 0.8)(1.5)).success
+
+
+def test_no_target_waits_without_time_limit_and_lifting_is_not_wrong():
+    """An episode waiting for a person, or told of an object the scene lacks."""
+    cfg = TaskConfig(time_limit_s=2.0)
+    ev = TaskEvaluator(GraspTask("", ""), OBJECTS, REST_M, cfg)
+    for t in (1.0, 5.0):
+        state = ev.update(t, _lift("green_cube", 0.0)(t))
+        assert not state.has_target and not state.done and state.wrong_object is None
+    state = ev.follow(task_for_instruction("pick up the orange cone", OBJECTS), 5.0, REST_M)
+    assert state.instruction == "pick up the orange cone" and not state.has_target
+    assert not ev.update(9.0, REST_M).done
+    # The first instruction naming an object starts the clock (and the time limit) then.
+    ev.follow(task_for_instruction("pick up the red cube", OBJECTS), 10.0, REST_M)
+    assert not ev.update(11.9, REST_M).timed_out
+    assert ev.update(12.0, REST_M).timed_out
+
+
+def test_after_the_end_an_instruction_starts_a_new_evaluation_in_the_scene_as_it_is():
+    ev = TaskEvaluator(GraspTask("blue_cube", "x"), OBJECTS, REST_M)
+    held = _lift("blue_cube", 1.0)
+    ev.update(1.0, held(1.0))
+    assert ev.update(1.6, held(1.6)).success
+    state = ev.follow(GraspTask("red_cube", "pick up the red cube"), 2.0, held(2.0))
+    assert state.target == "red_cube" and not state.done and state.elapsed_s == 0.0
+    # The blue cube still held up is its new resting height: not a wrong object.
+    assert not ev.update(2.5, held(2.5)).done
+    lifted = held(3.0)
+    lifted[OBJECTS.index("red_cube")] += 0.12
+    assert ev.update(3.0, lifted).lifted_since_s == pytest.approx(1.0)
