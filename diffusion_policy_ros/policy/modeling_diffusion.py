@@ -38,6 +38,7 @@ import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
 from diffusion_policy_ros.policy.configuration_diffusion import DiffusionPolicyConfig
+from diffusion_policy_ros.policy.consistency import ConsistencySchedule, consistency_sample
 from diffusion_policy_ros.policy.dit import DiffusionTransformer
 from diffusion_policy_ros.policy.features import (
     ACTION,
@@ -142,6 +143,7 @@ class DiffusionPolicy(nn.Module):
                            if c.grasp_aux_weight > 0 else None)
         self.training_scheduler = make_training_scheduler(c)
         self.sampling_scheduler = make_sampling_scheduler(c)
+        self.consistency_schedule = ConsistencySchedule(c)
 
     def parameter_counts(self) -> dict[str, int]:
         parts = ("rgb_encoder", "point_encoder", "grounding", "target_proj", "tool_target",
@@ -174,33 +176,56 @@ class DiffusionPolicy(nn.Module):
                 timer: StageTimer | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(condition, (B, To, 3) grounded target centres in normalised coordinates or None)."""
         self.check_observation(batch)
-        images = _unit_float(batch[IMAGE])
-        b, to = images.shape[:2]
+        b, to = batch[STATE].shape[:2]
+        language = batch[LANGUAGE].float()
+        frames = self.encode_frames(batch[IMAGE].flatten(0, 1), batch[POINTS_XYZ].flatten(0, 1),
+                                    batch[POINTS_RGB].flatten(0, 1),
+                                    language.repeat_interleave(to, dim=0), timer)
+        frames = {key: value.unflatten(0, (b, to)) for key, value in frames.items()}
+        return self.condition_from_frames(frames, language, batch[STATE], timer)
+
+    def encode_frames(self, images: torch.Tensor, xyz: torch.Tensor, rgb: torch.Tensor,
+                      language: torch.Tensor,
+                      timer: StageTimer | None = None) -> dict[str, torch.Tensor]:
+        """What depends on one camera frame (and the instruction) alone, for M frames.
+
+        images (M, 3, H, W), xyz (M, N, 3) base_link m, rgb (M, N, 3), language (M, L)
+        -> ``FRAME_FEATURES`` keys, each (M, ...). A frame stays in the To history for
+        To chunks; ``PolicyRunner`` keeps these per frame so each frame is encoded once.
+        """
         with timed(timer, "rgb_encoder"):
-            image_tokens = self.rgb_encoder(images.flatten(0, 1)).unflatten(0, (b, to))
+            features = {"image_tokens": self.rgb_encoder(_unit_float(images))}
         with timed(timer, "point_encoder"):
-            xyz = self.normalizer.normalize(POINTS_XYZ, batch[POINTS_XYZ].float())
-            rgb = _unit_float(batch[POINTS_RGB]).flatten(0, 1)
-            language = batch[LANGUAGE].float().repeat_interleave(to, dim=0)
-            point_tokens, centres = self.point_encoder(xyz.flatten(0, 1), rgb, language)
-            point_tokens = point_tokens.unflatten(0, (b, to))
-            centres = centres.unflatten(0, (b, to))
-        centre = None
+            xyz = self.normalizer.normalize(POINTS_XYZ, xyz.float())
+            rgb = _unit_float(rgb)
+            language = language.float()
+            features["point_tokens"], features["point_centres"] = self.point_encoder(
+                xyz, rgb, language)
         if self.grounding is not None:
             with timed(timer, "grounding"):
-                centre, shape, _ = self.grounding(xyz.flatten(0, 1), rgb, language)
-                target = torch.cat([centre, shape], dim=-1).unflatten(0, (b, to))
-                centre = centre.unflatten(0, (b, to))
+                centre, shape, _ = self.grounding(xyz, rgb, language)
+                features["target_centre"], features["target_shape"] = centre, shape
+        return features
+
+    def condition_from_frames(self, frames: Mapping[str, torch.Tensor], language: torch.Tensor,
+                              state: torch.Tensor, timer: StageTimer | None = None
+                              ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Per-frame features (B, To, ...) + instruction (B, L) + joint states (B, To, D) ->
+        (condition (B, cond_dim), grounded target centres (B, To, 3) or None)."""
+        language = language.float()
         with timed(timer, "proprio_encoder"):
-            proprio = self.proprio_encoder(self.normalizer.normalize(STATE, batch[STATE].float()))
+            proprio = self.proprio_encoder(self.normalizer.normalize(STATE, state.float()))
         with timed(timer, "fusion"):
-            cond = self.fusion(image_tokens, point_tokens, centres, batch[LANGUAGE].float(),
-                               proprio)
+            cond = self.fusion(frames["image_tokens"], frames["point_tokens"],
+                               frames["point_centres"], language, proprio)
+            centre = None
             if self.grounding is not None:
+                centre = frames["target_centre"]
+                target = torch.cat([centre, frames["target_shape"]], dim=-1)
                 cond = cond + self.target_proj(target.flatten(1))
         if self.tool_target is not None:
             with timed(timer, "tool_target"):
-                tool = self.normalizer.normalize(POINTS_XYZ, self.kinematics(batch[STATE]))
+                tool = self.normalizer.normalize(POINTS_XYZ, self.kinematics(state))
                 cond = cond + self.tool_target(centre, tool)
         return cond, centre
 
@@ -237,16 +262,33 @@ class DiffusionPolicy(nn.Module):
                                                                          weight * labelled)
         return loss
 
-    @torch.no_grad()
-    def sample(self, cond: torch.Tensor, num_inference_steps: int | None = None,
-               generator: torch.Generator | None = None,
-               timer: StageTimer | None = None) -> torch.Tensor:
-        """DDIM (eta = 0) from N(0, I): (B, cond_dim) -> normalised (B, T, D) chunk."""
+    def initial_noise(self, batch: int, num_inference_steps: int | None = None,
+                      generator: torch.Generator | None = None,
+                      device: torch.device | str = "cpu") -> torch.Tensor:
+        """(S, batch, T, D) standard normal draws for ``denoise``: S = 1 for DDIM, one per
+        step for consistency sampling (each step after the first re-noises)."""
         c = self.config
+        steps = num_inference_steps or c.num_inference_steps
+        draws = steps if c.sampler == "consistency" else 1
+        return torch.randn((draws, batch, c.horizon, c.action_dim), generator=generator,
+                           device=device)
+
+    def denoise(self, cond: torch.Tensor, noises: torch.Tensor,
+                num_inference_steps: int | None = None,
+                timer: StageTimer | None = None) -> torch.Tensor:
+        """From given noise (``initial_noise``) to a normalised (B, T, D) chunk: DDIM
+        (eta = 0), or multistep consistency sampling for a distilled student
+        (``config.sampler``). Deterministic, so an exported graph can be checked against it."""
+        c = self.config
+        steps = num_inference_steps or c.num_inference_steps
+        if c.sampler == "consistency":
+            timesteps = self.consistency_schedule.sampling_timesteps(steps)
+            with timed(timer, "denoiser_step"):
+                return consistency_sample(self.denoiser, cond, self.consistency_schedule,
+                                          noises, timesteps)
         scheduler = self.sampling_scheduler
-        scheduler.set_timesteps(num_inference_steps or c.num_inference_steps, device=cond.device)
-        x = torch.randn((cond.shape[0], c.horizon, c.action_dim), generator=generator,
-                        device=cond.device) * scheduler.init_noise_sigma
+        scheduler.set_timesteps(steps, device=cond.device)
+        x = noises[0] * scheduler.init_noise_sigma
         for t in scheduler.timesteps:
             with timed(timer, "denoiser_step"):
                 out = self.denoiser(x, t, cond).float()
@@ -254,32 +296,52 @@ class DiffusionPolicy(nn.Module):
         return x
 
     @torch.no_grad()
+    def sample(self, cond: torch.Tensor, num_inference_steps: int | None = None,
+               generator: torch.Generator | None = None,
+               timer: StageTimer | None = None) -> torch.Tensor:
+        """From N(0, I) to a normalised (B, T, D) chunk (``denoise`` on fresh noise)."""
+        noises = self.initial_noise(cond.shape[0], num_inference_steps, generator, cond.device)
+        return self.denoise(cond, noises, num_inference_steps, timer)
+
+    @torch.no_grad()
     def predict_action_chunk(self, obs_batch: Batch, num_inference_steps: int | None = None,
                              generator: torch.Generator | None = None,
                              timer: StageTimer | None = None,
                              num_samples: int | None = None) -> torch.Tensor:
-        """(B, T, D) joint targets in physical units (rad, gripper m).
-
-        With ``num_samples`` K > 1 (default: the config's) K chunks are drawn per
-        observation in one batch and the medoid is returned: the sample with the least
-        summed L1 distance (normalised units) to the others. Single DDIM draws of the
-        shipped policy scatter: on held-out demonstration frames the chunk's first point
-        (which equals the measured state there) was off by 0.04-0.07 rad at p90 on joints
-        1-4, the medoid of 8 by 0.007-0.013 rad. A persistent noise seed turns such a
-        draw into a bias that lasts the episode. The medoid stays a real sample, so it
-        never blends two modes (a grasp yaw 90 degrees apart) as a mean or median would.
-        """
+        """(B, T, D) joint targets in physical units (rad, gripper m); see
+        ``chunk_from_condition`` for ``num_samples``."""
         k = num_samples or self.config.num_samples
         cond = self.encode_observation(obs_batch, timer)
-        samples = self.sample(cond.repeat_interleave(k, dim=0), num_inference_steps, generator,
-                              timer)
+        noises = self.initial_noise(cond.shape[0] * k, num_inference_steps, generator,
+                                    cond.device)
+        return self.chunk_from_condition(cond, obs_batch[STATE], noises, num_inference_steps,
+                                         k, timer)
+
+    def chunk_from_condition(self, cond: torch.Tensor, state: torch.Tensor,
+                             noises: torch.Tensor, num_inference_steps: int | None = None,
+                             num_samples: int = 1,
+                             timer: StageTimer | None = None) -> torch.Tensor:
+        """Condition (B, cond_dim) + joint states (B, To, D) + noise (S, B * K, T, D) ->
+        (B, T, D) joint targets in physical units.
+
+        With ``num_samples`` K > 1 K chunks are drawn per observation in one batch and
+        the medoid is returned: the sample with the least summed L1 distance (normalised
+        units) to the others. Single draws scatter, and a persistent noise seed turns a
+        stray draw into a bias that lasts the episode (README, "Shipped policy"). The
+        medoid stays a real sample, so it never blends two modes (a grasp yaw 90 degrees
+        apart) as a mean or median would.
+        """
+        k = num_samples
+        samples = self.denoise(cond.repeat_interleave(k, dim=0), noises, num_inference_steps,
+                               timer)
         if k > 1:
             samples = samples.unflatten(0, (cond.shape[0], k))
             spread = (samples[:, :, None] - samples[:, None]).abs().sum(dim=(3, 4)).sum(dim=2)
-            samples = samples[torch.arange(cond.shape[0]), spread.argmin(dim=1)]
+            pick = torch.nn.functional.one_hot(spread.argmin(dim=1), k).to(samples.dtype)
+            samples = torch.einsum("bk,bktd->btd", pick, samples)
         chunk = self.normalizer.unnormalize(ACTION, samples)
         if self.config.relative_actions:
-            chunk = chunk + obs_batch[STATE][:, -1:, :].to(chunk.dtype)
+            chunk = chunk + state[:, -1:, :].to(chunk.dtype)
         return chunk
 
     def action_offsets(self, batch: Batch, actions: torch.Tensor) -> torch.Tensor:

@@ -13,6 +13,7 @@ from diffusion_policy_ros.config import param
 
 DEVICE_CHOICES = ("auto", "cpu", "cuda", "npu")
 PRECISION_CHOICES = ("fp32", "fp16", "bf16")
+BACKEND_CHOICES = ("torch", "onnxruntime")
 
 
 @dataclasses.dataclass
@@ -28,10 +29,16 @@ class PolicyNodeConfig:
     precision: str = param("fp32", "Autocast precision: fp32 | fp16 | bf16",
                            choices=PRECISION_CHOICES)
     num_inference_steps: int = param(
-        0, "DDIM steps per chunk; 0 = the checkpoint's num_inference_steps", low=0, high=1000)
+        0, "Denoiser calls per chunk (DDIM steps, or consistency steps for a distilled "
+        "checkpoint: 1, 2, 4); 0 = the checkpoint's num_inference_steps", low=0, high=1000)
     num_samples: int = param(
         0, "Chunks sampled per observation, medoid returned; 0 = the checkpoint's "
         "num_samples", low=0, high=64)
+    backend: str = param(
+        "torch", "Runtime: torch (eager, any device) | onnxruntime (the static graphs dpr "
+        "export wrote; CPU, fp32, the exported step count and K)", choices=BACKEND_CHOICES)
+    onnx_dir: str = param("", "Exported graphs for backend onnxruntime; empty = "
+                          "<checkpoint>/onnx")
     num_threads: int = param(
         1, "torch intra-op threads for the process; 0 = leave torch's default. Measured: one "
         "thread degrades gracefully when the 500 Hz tracker shares the CPU, two stall",

@@ -46,6 +46,20 @@ def farthest_point_indices(xyz: torch.Tensor, k: int) -> torch.Tensor:
     return chosen
 
 
+def cell_max(features: torch.Tensor, cell: torch.Tensor, k: int) -> torch.Tensor:
+    """(M, N, C) features >= 0, (M, N) cell index in [0, K) -> (M, K, C) per-cell max."""
+    index = cell[..., None].expand_as(features)
+    pooled = features.new_zeros(features.shape[0], k, features.shape[2])
+    return pooled.scatter_reduce(1, index, features, "amax")
+
+
+def masked_cell_max(features: torch.Tensor, cell: torch.Tensor, k: int) -> torch.Tensor:
+    """``cell_max`` as K masked max-pools: the same numbers from ops every ONNX runtime
+    has (the exporter's ScatterElements-max lowering does not load in ONNX Runtime)."""
+    return torch.stack([torch.where((cell == i)[..., None], features, 0.0).amax(dim=1)
+                        for i in range(k)], dim=1)
+
+
 class CellMax(torch.autograd.Function):
     """(M, N, C) features, (M, N) cell index in [0, K) -> (M, K, C) per-cell max.
 
@@ -57,10 +71,8 @@ class CellMax(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, features: torch.Tensor, cell: torch.Tensor, k: int) -> torch.Tensor:
-        index = cell[..., None].expand_as(features)
-        pooled = features.new_zeros(features.shape[0], k, features.shape[2])
-        pooled = pooled.scatter_reduce(1, index, features, "amax")
-        ctx.save_for_backward(features, index, pooled)
+        pooled = cell_max(features, cell, k)
+        ctx.save_for_backward(features, cell[..., None].expand_as(features), pooled)
         return pooled
 
     @staticmethod
@@ -114,7 +126,10 @@ class PointNetEncoder(nn.Module):
         batch = torch.arange(xyz.shape[0], device=xyz.device)[:, None]
         centres = xyz[batch, centres_idx]
         cell = torch.cdist(xyz, centres).argmin(dim=-1)
-        local = CellMax.apply(features, cell, self.num_tokens)
+        # A static graph (ONNX) records the plain forward, not the autograd Function.
+        local = (masked_cell_max(features, cell, self.num_tokens)
+                 if torch.onnx.is_in_onnx_export()
+                 else CellMax.apply(features, cell, self.num_tokens))
         # The cells partition the cloud, so the global max-pool is the max of the cell
         # maxima (and skips a second pass over N x C features and its backward).
         tokens = torch.cat([local.amax(dim=1, keepdim=True), local], dim=1)

@@ -25,18 +25,22 @@ from diffusion_policy_ros.policy.devices import (
     device_synchronizer,
     resolve_device,
 )
-from diffusion_policy_ros.policy.features import (
-    IMAGE,
-    LANGUAGE,
-    POINTS_RGB,
-    POINTS_XYZ,
-    STATE,
-)
+from diffusion_policy_ros.policy.features import POINTS_XYZ
+from diffusion_policy_ros.policy.frame_cache import FrameFeatureCache
 from diffusion_policy_ros.policy.language import LanguageEmbedder
 from diffusion_policy_ros.policy.modeling_diffusion import DiffusionPolicy
+from diffusion_policy_ros.policy.runtime_backends import (
+    BACKENDS,
+    BackendError,
+    OnnxRuntimeBackend,
+    TorchBackend,
+)
 from diffusion_policy_ros.policy.timing import StageTimer
 
 Observation = Mapping[str, np.ndarray]
+
+ONNX_SUBDIR = "onnx"
+"""Where ``dpr export`` puts a checkpoint's graphs by default."""
 
 
 def synthetic_observation(policy: DiffusionPolicy, rng: np.random.Generator) -> dict:
@@ -65,7 +69,12 @@ class PolicyRunner:
     def __init__(self, policy: DiffusionPolicy, *, device: str = "auto",
                  precision: str = "fp32", language: LanguageEmbedder | None = None,
                  num_inference_steps: int | None = None, num_samples: int | None = None,
-                 num_threads: int | None = None):
+                 num_threads: int | None = None, backend: str = "torch",
+                 onnx_dir: str | Path | None = None, weights_sha256: str | None = None):
+        """``backend``: torch (eager, any device) | onnxruntime (the graphs ``dpr export``
+        wrote into ``onnx_dir``, CPU, fp32; checked against ``weights_sha256``)."""
+        if backend not in BACKENDS:
+            raise BackendError(f"backend {backend!r}: expected one of {', '.join(BACKENDS)}")
         self.device = resolve_device(device)
         self.precision = precision
         autocast_context(self.device, precision)  # fails now, not on the first chunk
@@ -80,15 +89,30 @@ class PolicyRunner:
         self.num_inference_steps = num_inference_steps or self.config.num_inference_steps
         self.num_samples = num_samples or self.config.num_samples
         self.timer = StageTimer(device_synchronizer(self.device))
+        self.frame_cache = FrameFeatureCache(2 * self.config.n_obs_steps)
+        if backend == "onnxruntime":
+            if self.device.type != "cpu" or precision != "fp32":
+                raise BackendError(f"backend 'onnxruntime' runs on the CPU in fp32, asked for "
+                                   f"{self.device.type} / {precision}: use backend 'torch'")
+            if onnx_dir is None:
+                raise BackendError("backend 'onnxruntime' needs the exported graphs' "
+                                   "directory (dpr export)")
+            self.backend = OnnxRuntimeBackend(onnx_dir, weights_sha256, self.num_inference_steps,
+                                              self.num_samples, num_threads)
+        else:
+            self.backend = TorchBackend(self.policy)
 
     @classmethod
     def from_checkpoint(cls, directory: str | Path, *, joint_names: Sequence[str] | None = None,
                         **kwargs) -> PolicyRunner:
-        """Load a checkpoint (checked against ``joint_names`` when given) into a runner."""
-        policy, _ = load_checkpoint(directory, joint_names=joint_names)
-        return cls(policy, **kwargs)
+        """Load a checkpoint (checked against ``joint_names`` when given) into a runner;
+        the onnxruntime backend reads ``directory/onnx`` unless ``onnx_dir`` is given."""
+        policy, metadata = load_checkpoint(directory, joint_names=joint_names)
+        if kwargs.get("backend") == "onnxruntime" and not kwargs.get("onnx_dir"):
+            kwargs["onnx_dir"] = Path(directory) / ONNX_SUBDIR
+        return cls(policy, weights_sha256=metadata.get("weights_sha256"), **kwargs)
 
-    def _batch(self, observations: Sequence[Observation], embedding: np.ndarray) -> dict:
+    def _check(self, observations: Sequence[Observation]) -> None:
         c = self.config
         if len(observations) != c.n_obs_steps:
             raise ValueError(f"expected {c.n_obs_steps} observations (oldest first), got "
@@ -103,15 +127,11 @@ class PolicyRunner:
                     raise ValueError(f"observation {i} '{key}' has shape {np.shape(obs[key])}, "
                                      f"expected {shape}")
 
-        def stack(key: str, dtype: np.dtype) -> torch.Tensor:
-            array = np.stack([np.asarray(obs[key], dtype=dtype) for obs in observations])
-            return torch.from_numpy(array)[None].to(self.device, non_blocking=True)
-
-        return {IMAGE: stack("image", np.uint8).permute(0, 1, 4, 2, 3),
-                POINTS_XYZ: stack("points", np.float32),
-                POINTS_RGB: stack("point_colors", np.uint8),
-                STATE: stack("joint_positions", np.float32),
-                LANGUAGE: torch.from_numpy(embedding)[None].to(self.device)}
+    def _stack(self, observations: Sequence[Observation], key: str,
+               dtype: np.dtype) -> torch.Tensor:
+        """(1, len(observations), ...) tensor of one observation entry on the device."""
+        array = np.stack([np.asarray(obs[key], dtype=dtype) for obs in observations])
+        return torch.from_numpy(array)[None].to(self.device, non_blocking=True)
 
     def noise_stream(self, seed: int) -> torch.Generator:
         """A seeded source of initial noise for successive ``predict`` calls: each chunk
@@ -127,10 +147,12 @@ class PolicyRunner:
                 noise: int | torch.Generator | None = None) -> np.ndarray:
         """(T, D) float64 joint targets; row k is for observation stamp + k * action_dt_s.
 
-        ``noise``: an int fixes this call's initial noise (DDIM with eta = 0 is then
+        ``noise``: an int fixes this call's initial noise (the sampler is then
         deterministic); a generator from ``noise_stream`` draws the next noise of its
         sequence; None draws from torch's global generator. Stage durations of this call
-        are in ``last_timings_ms``.
+        are in ``last_timings_ms``. A frame seen in an earlier call (the same ``image``
+        and ``points`` arrays, the same instruction) is not encoded again
+        (``FrameFeatureCache``).
         """
         self.timer.reset()
         with self.timer.stage("total"):
@@ -139,12 +161,34 @@ class PolicyRunner:
             generator = noise
             if isinstance(noise, int):
                 generator = self.noise_stream(noise)
-            batch = self._batch(observations, embedding)
+            self._check(observations)
+            state = self._stack(observations, "joint_positions", np.float32)
+            language = torch.from_numpy(embedding)[None].to(self.device)
             with torch.inference_mode(), autocast_context(self.device, self.precision):
-                chunk = self.policy.predict_action_chunk(batch, self.num_inference_steps,
-                                                         generator, self.timer,
-                                                         self.num_samples)
+                frames = self._frame_features(observations, instruction, language)
+                noises = self.policy.initial_noise(self.num_samples, self.num_inference_steps,
+                                                   generator, self.device)
+                chunk = self.backend.chunk(frames, language, state, noises,
+                                           self.num_inference_steps, self.num_samples,
+                                           self.timer)
             return chunk[0].float().cpu().numpy().astype(np.float64)
+
+    def _frame_features(self, observations: Sequence[Observation], instruction: str,
+                        language: torch.Tensor) -> dict[str, torch.Tensor]:
+        """(1, To, ...) per-frame features, encoding only the frames not in the cache."""
+        per_frame = []
+        for obs in observations:
+            features = self.frame_cache.get(obs, instruction)
+            if features is None:
+                batch = {key: self._stack([obs], key, dtype)[:, 0]
+                         for key, dtype in (("image", np.uint8), ("points", np.float32),
+                                            ("point_colors", np.uint8))}
+                features = self.backend.encode_frame(batch["image"].permute(0, 3, 1, 2),
+                                                     batch["points"], batch["point_colors"],
+                                                     language, self.timer)
+                self.frame_cache.put(obs, instruction, features)
+            per_frame.append(features)
+        return {key: torch.stack([f[key] for f in per_frame], dim=1) for key in per_frame[0]}
 
     @property
     def last_timings_ms(self) -> dict[str, float]:

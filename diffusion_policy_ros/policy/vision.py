@@ -18,6 +18,22 @@ def _gn(channels: int, groups: int) -> nn.GroupNorm:
     return nn.GroupNorm(min(groups, channels), channels)
 
 
+def _binned_average(x: torch.Tensor, grid: int) -> torch.Tensor:
+    """``adaptive_avg_pool2d`` written as slices: the ONNX exporter only lowers the
+    adaptive pool when the grid divides the feature map; the bins are the same
+    (floor(i * H / g) .. ceil((i + 1) * H / g))."""
+    h, w = x.shape[-2:]
+    rows = []
+    for i in range(grid):
+        r0, r1 = (i * h) // grid, -((-(i + 1) * h) // grid)
+        cols = []
+        for j in range(grid):
+            c0, c1 = (j * w) // grid, -((-(j + 1) * w) // grid)
+            cols.append(x[..., r0:r1, c0:c1].mean(dim=(-2, -1)))
+        rows.append(torch.stack(cols, dim=-1))
+    return torch.stack(rows, dim=-2)
+
+
 class BasicBlock(nn.Module):
     """ResNet basic block, stride 2, with a projected shortcut."""
 
@@ -78,5 +94,7 @@ class RgbEncoder(nn.Module):
         else:
             images = center_crop(images, self.crop_hw)
         # Inputs centred on zero; GroupNorm takes care of the scale.
-        features = self.pool(self.stages(self.stem(images - 0.5)))
+        features = self.stages(self.stem(images - 0.5))
+        features = (_binned_average(features, self.pool.output_size)
+                    if torch.onnx.is_in_onnx_export() else self.pool(features))
         return features.flatten(2).transpose(1, 2)

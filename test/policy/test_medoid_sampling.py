@@ -32,6 +32,6 @@ def test_the_medoid_rejects_an_outlier_draw(make_config, make_batch, monkeypatch
     batch = make_batch(policy.config, 1, with_action=False)
     t, d = policy.config.horizon, policy.config.action_dim
     draws = torch.stack([torch.full((t, d), v) for v in (0.10, 0.12, 0.11, 0.9)])
-    monkeypatch.setattr(policy, "sample", lambda cond, *args: draws.clone())
+    monkeypatch.setattr(policy, "denoise", lambda cond, *args: draws.clone())
     chunk = policy.predict_action_chunk(batch, num_samples=4)
     torch.testing.assert_close(policy.normalizer.normalize(keys.ACTION, chunk)[0], draws[2])

@@ -14,10 +14,12 @@ from diffusion_policy_ros.config import (
 )
 from diffusion_policy_ros.policy.devices import DEVICES, PRECISIONS
 from diffusion_policy_ros.policy.node_config import (
+    BACKEND_CHOICES,
     DEVICE_CHOICES,
     PRECISION_CHOICES,
     PolicyNodeConfig,
 )
+from diffusion_policy_ros.policy.runtime_backends import BACKENDS
 
 YAML = CONFIG_DIR / "policy_node.yaml"
 
@@ -39,6 +41,7 @@ def test_defaults_follow_the_contract():
 def test_choices_are_those_of_the_runtime():
     assert DEVICE_CHOICES == DEVICES
     assert set(PRECISION_CHOICES) == set(PRECISIONS)
+    assert BACKEND_CHOICES == BACKENDS
 
 
 def test_every_field_is_documented_with_range_or_choices():

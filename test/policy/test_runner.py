@@ -16,7 +16,7 @@ from diffusion_policy_ros.policy.modeling_diffusion import DiffusionPolicy
 from diffusion_policy_ros.policy.runner import PolicyRunner, synthetic_observation
 
 STAGES = {"language", "rgb_encoder", "point_encoder", "proprio_encoder", "fusion",
-          "denoiser_step", "total"}
+          "denoiser_step", "sampler", "total"}
 
 
 @pytest.fixture
@@ -34,10 +34,12 @@ def history(runner):
 def test_predict_returns_a_numpy_chunk_with_stage_timings(runner, history):
     runner.warmup("pick up the red cube", iterations=1)
     chunk = runner.predict(history, "pick up the red cube", noise=3)
+    timings = runner.last_timings_ms
     assert chunk.shape == (16, 7) and chunk.dtype == np.float64 and np.isfinite(chunk).all()
     assert np.array_equal(chunk, runner.predict(history, "pick up the red cube", noise=3))
-    timings = runner.last_timings_ms
     assert set(timings) == STAGES
+    # The second call found both frames in the cache: no encoder ran.
+    assert set(runner.last_timings_ms) == STAGES - {"rgb_encoder", "point_encoder"}
     assert len(runner.timer.durations_s["denoiser_step"]) == 10
     assert timings["total"] >= timings["denoiser_step"] > 0
 
@@ -114,3 +116,20 @@ def test_auto_and_unknown_devices():
         resolve_device("tpu")
     with pytest.raises(ValueError, match="precision must be one of"):
         autocast_context(torch.device("cpu"), "int8")
+
+
+def test_each_frame_is_encoded_once_while_it_is_in_the_history(runner, language):
+    """A sliding To = 2 window: every frame after the first two is new once, reused once;
+    the chunks equal those of a runner that encodes every frame afresh."""
+    rng = np.random.default_rng(1)
+    frames = [synthetic_observation(runner.policy, rng) for _ in range(6)]
+    fresh = PolicyRunner(runner.policy, device="cpu", language=language)
+    for i in range(5):
+        window = frames[i:i + 2]
+        fresh.frame_cache.clear()
+        assert np.allclose(runner.predict(window, "pick up the red cube", noise=i),
+                           fresh.predict(window, "pick up the red cube", noise=i), atol=1e-6)
+    assert (runner.frame_cache.misses, runner.frame_cache.hits) == (6, 4)
+    # Another instruction is another grounding: the frames are encoded again.
+    runner.predict(frames[4:6], "pick up the blue cube", noise=0)
+    assert runner.frame_cache.misses == 8

@@ -1,0 +1,285 @@
+"""Consistency distillation of a trained policy (``dpr distill``).
+
+The student is the teacher (same encoders, fusion, grounding, normaliser, same
+language path) whose denoiser is retrained as a consistency function
+(``policy/consistency.py``), so it maps a noisy chunk at any time of the grid to
+the clean end of the teacher's DDIM trajectory in one call. Only the denoiser
+changes, and the teacher's encoders are frozen, so the conditions are computed
+once for every training sample (``precompute_conditions``) and every step runs
+three small denoiser calls on vectors:
+
+1. x_{n+1} = clean demonstration chunk noised to grid time t_{n+1} (n drawn
+   uniformly);
+2. the teacher solves its probability-flow ODE one DDIM step back to t_n (the
+   skip interval ``consistency_skip``): x_n;
+3. loss = || f_student(x_{n+1}, t_{n+1}) - f_target(x_n, t_n) ||^2, where the
+   target network is an EMA of the student whose rate rises from
+   ``target_ema_start`` to ``target_ema_end``. At t_0 f is the identity (boundary
+   condition), which anchors the chain to the teacher's clean end.
+
+The checkpoint written is the target network (the slow EMA of the student) with
+``sampler: consistency``; the validation figures compare its chunks with the
+teacher's DDIM chunks started from the same noise.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F  # noqa: N812
+from safetensors.torch import load_file, save_file
+from tqdm import tqdm
+
+from diffusion_policy_ros.learning.dataset import (
+    EpisodeDataset,
+    dataset_fingerprint,
+    episode_dirs,
+    episode_instructions,
+    load_episodes,
+    split_episodes,
+)
+from diffusion_policy_ros.learning.distill_config import DistillConfig
+from diffusion_policy_ros.policy.checkpoint import load_checkpoint, save_checkpoint
+from diffusion_policy_ros.policy.configuration_diffusion import (
+    policy_config_from_dict,
+    policy_config_to_dict,
+)
+from diffusion_policy_ros.policy.consistency import ConsistencySchedule
+from diffusion_policy_ros.policy.devices import resolve_device
+from diffusion_policy_ros.policy.features import ACTION, STATE
+from diffusion_policy_ros.policy.language import LanguageEmbedder
+from diffusion_policy_ros.policy.modeling_diffusion import DiffusionPolicy
+
+
+@dataclasses.dataclass
+class ConditionSet:
+    """Teacher conditions of training samples, with what the losses need beside them."""
+
+    cond: torch.Tensor
+    """(N, cond_dim) fused observation condition."""
+    clean: torch.Tensor
+    """(N, T, D) normalised demonstration chunk (what the denoiser models)."""
+    state: torch.Tensor
+    """(N, To, D) measured joint states (rad, gripper m)."""
+
+    def __len__(self) -> int:
+        return self.cond.shape[0]
+
+    def save(self, path: Path) -> None:
+        save_file({"cond": self.cond.contiguous(), "clean": self.clean.contiguous(),
+                   "state": self.state.contiguous()}, str(path))
+
+    @classmethod
+    def load(cls, path: Path) -> ConditionSet:
+        tensors = load_file(str(path))
+        return cls(tensors["cond"], tensors["clean"], tensors["state"])
+
+    def subset(self, index: torch.Tensor) -> ConditionSet:
+        return ConditionSet(self.cond[index], self.clean[index], self.state[index])
+
+
+@torch.no_grad()
+def precompute_conditions(policy: DiffusionPolicy, dataset: EpisodeDataset, batch_size: int,
+                          device: torch.device, progress: bool = True) -> ConditionSet:
+    """The frozen teacher's condition for every sample of ``dataset`` (eval mode: the RGB
+    encoder centre-crops, as at run time)."""
+    policy.eval()
+    loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=False)
+    conds, cleans, states = [], [], []
+    for batch in tqdm(loader, desc="teacher conditions", unit="batch", disable=not progress):
+        batch = {k: v.to(device) for k, v in batch.items()}
+        conds.append(policy.encode_observation(batch).float().cpu())
+        cleans.append(policy.normalizer.normalize(
+            ACTION, policy.action_offsets(batch, batch[ACTION])).float().cpu())
+        states.append(batch[STATE].float().cpu())
+    return ConditionSet(torch.cat(conds), torch.cat(cleans), torch.cat(states))
+
+
+class ConsistencyDistiller:
+    """Student, EMA target and frozen teacher denoisers with the consistency loss."""
+
+    def __init__(self, teacher: torch.nn.Module, student: torch.nn.Module,
+                 schedule: ConsistencySchedule):
+        self.teacher = teacher.eval().requires_grad_(False)
+        self.student = student
+        self.target = copy.deepcopy(student).eval().requires_grad_(False)
+        self.schedule = schedule
+
+    def loss(self, cond: torch.Tensor, clean: torch.Tensor,
+             generator: torch.Generator | None = None) -> torch.Tensor:
+        s = self.schedule
+        b = clean.shape[0]
+        n = torch.randint(0, len(s.grid) - 1, (b,), generator=generator,
+                          device=clean.device)
+        t_next, t_now = s.grid.to(clean.device)[n + 1], s.grid.to(clean.device)[n]
+        noise = torch.randn(clean.shape, generator=generator, device=clean.device)
+        x_next = s.add_noise(clean, noise, t_next)
+        with torch.no_grad():
+            x_now = s.ddim_step(self.teacher(x_next, t_next, cond).float(), x_next, t_next,
+                                t_now)
+            target = s.consistency(self.target(x_now, t_now, cond).float(), x_now, t_now)
+        prediction = s.consistency(self.student(x_next, t_next, cond).float(), x_next, t_next)
+        return F.mse_loss(prediction, target)
+
+    @torch.no_grad()
+    def update_target(self, rate: float) -> None:
+        for p_target, p_student in zip(self.target.parameters(), self.student.parameters(),
+                                       strict=True):
+            p_target.lerp_(p_student.detach(), 1.0 - rate)
+
+
+@torch.no_grad()
+def chunk_agreement(student: DiffusionPolicy, teacher: DiffusionPolicy, conds: ConditionSet,
+                    steps: Sequence[int], seed: int = 0) -> dict[str, float]:
+    """Mean |student chunk - teacher DDIM chunk| (normalised units) from the same initial
+    noise, per student step count; ``teacher_spread`` is the teacher against itself from
+    another noise (the scale of one draw's randomness)."""
+    g = torch.Generator(device=conds.cond.device).manual_seed(seed)
+    cond = conds.cond
+    first = teacher.initial_noise(cond.shape[0], generator=g, device=cond.device)
+    reference = teacher.denoise(cond, first)
+    other = teacher.denoise(cond, teacher.initial_noise(cond.shape[0], generator=g,
+                                                        device=cond.device))
+    out = {"teacher_spread": float((other - reference).abs().mean())}
+    for n in steps:
+        noises = student.initial_noise(cond.shape[0], n, g, cond.device)
+        noises[0] = first[0]
+        chunk = student.denoise(cond, noises, n)
+        out[f"student_{n}_step"] = float((chunk - reference).abs().mean())
+    return out
+
+
+def student_config(teacher_config, config: DistillConfig):
+    values = policy_config_to_dict(teacher_config)
+    values.update(sampler="consistency", consistency_skip=config.consistency_skip,
+                  num_inference_steps=config.sampling_steps)
+    if config.num_samples:
+        values["num_samples"] = config.num_samples
+    return policy_config_from_dict(values)
+
+
+def _conditions(teacher: DiffusionPolicy, data_dirs: Sequence[Path], config: DistillConfig,
+                out: Path, device: torch.device,
+                progress: bool) -> tuple[ConditionSet, ConditionSet, str, str]:
+    """Train / validation conditions, cached in ``out`` (a resumed or repeated run on the
+    same data reuses them)."""
+    dirs = [e for d in data_dirs for e in episode_dirs(d)]
+    fingerprint = dataset_fingerprint(dirs)
+    dataset_id = " + ".join(str(Path(d).resolve()) for d in data_dirs)
+    cache = {name: out / f"conditions_{name}_{fingerprint}.safetensors"
+             for name in ("train", "val")}
+    if all(p.exists() for p in cache.values()):
+        return (ConditionSet.load(cache["train"]), ConditionSet.load(cache["val"]), dataset_id,
+                fingerprint)
+    c = teacher.config
+    episodes = load_episodes(dirs, c, progress=progress)
+    train_idx, val_idx = split_episodes(len(episodes), config.val_fraction, config.seed)
+    embedder = LanguageEmbedder(c.language_model)
+    embeddings = {t: embedder.embed(t) for t in sorted(episode_instructions(episodes))}
+    sets = {}
+    for name, idx in (("train", train_idx), ("val", val_idx)):
+        dataset = EpisodeDataset([episodes[i] for i in idx], c, embeddings)
+        sets[name] = precompute_conditions(teacher, dataset, config.encode_batch_size, device,
+                                           progress)
+        sets[name].save(cache[name])
+    return sets["train"], sets["val"], dataset_id, fingerprint
+
+
+def distill(teacher_dir: str | Path, data_dirs: Sequence[str | Path], config: DistillConfig,
+            out: str | Path, progress: bool = True) -> Path:
+    """Distil the checkpoint in ``teacher_dir`` on the episodes of ``data_dirs``; return the
+    student's checkpoint directory (``out/checkpoint``)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    device = resolve_device(config.device)
+    if config.num_threads:
+        torch.set_num_threads(config.num_threads)
+    torch.manual_seed(config.seed)
+    teacher, teacher_meta = load_checkpoint(teacher_dir)
+    if teacher.config.sampler != "ddim":
+        raise ValueError(f"{teacher_dir} is already a consistency student; distil from the "
+                         "DDIM-trained teacher")
+    teacher.to(device).eval()
+    train_set, val_set, dataset_id, fingerprint = _conditions(
+        teacher, [Path(d) for d in data_dirs], config, out, device, progress)
+    train_set = ConditionSet(*(t.to(device) for t in (train_set.cond, train_set.clean,
+                                                      train_set.state)))
+    val_set = ConditionSet(*(t.to(device) for t in (val_set.cond, val_set.clean,
+                                                    val_set.state)))
+    val_set = val_set.subset(torch.arange(min(len(val_set), config.val_samples)))
+
+    student = DiffusionPolicy(student_config(teacher.config, config))
+    student.load_state_dict(teacher.state_dict())
+    student.to(device)
+    distiller = ConsistencyDistiller(teacher.denoiser, student.denoiser,
+                                     student.consistency_schedule.to(device))
+    student.denoiser.train()
+    optimizer = torch.optim.AdamW(student.denoiser.parameters(), lr=config.lr,
+                                  weight_decay=config.weight_decay)
+    warmup = max(1, config.warmup_steps)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warmup))
+    generator = torch.Generator(device=device).manual_seed(config.seed)
+
+    def log(record: dict) -> None:
+        with open(out / "log.jsonl", "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(record) + "\n")
+
+    # The target network, on the teacher's encoders, is what gets evaluated and saved.
+    evaluated = DiffusionPolicy(student.config)
+    evaluated.load_state_dict(student.state_dict())
+    evaluated.to(device).eval()
+    evaluated.denoiser = distiller.target
+
+    def validation(step: int) -> dict:
+        figures = chunk_agreement(evaluated, teacher, val_set,
+                                  sorted({1, 2, 4, config.sampling_steps}), seed=config.seed)
+        log({"step": step, "val": figures})
+        return figures
+
+    start = time.monotonic()
+    initial = validation(0)
+    losses = []
+    bar = tqdm(range(config.steps), desc="distill", unit="step", disable=not progress)
+    step = 0
+    for step in bar:
+        index = torch.randint(0, len(train_set), (config.batch_size,), generator=generator,
+                              device=device)
+        loss = distiller.loss(train_set.cond[index], train_set.clean[index], generator)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if config.grad_clip_norm > 0:
+            torch.nn.utils.clip_grad_norm_(student.denoiser.parameters(), config.grad_clip_norm)
+        optimizer.step()
+        schedule.step()
+        rate = config.target_ema_start + (config.target_ema_end - config.target_ema_start) \
+            * step / max(1, config.steps - 1)
+        distiller.update_target(rate)
+        losses.append(float(loss))
+        if (step + 1) % config.log_every == 0:
+            record = {"step": step + 1, "loss": float(np.mean(losses[-config.log_every:])),
+                      "target_ema": rate, "lr": schedule.get_last_lr()[0],
+                      "elapsed_s": time.monotonic() - start}
+            log(record)
+            bar.set_postfix(loss=f"{record['loss']:.4f}")
+        if (step + 1) % config.val_every == 0 and step + 1 < config.steps:
+            validation(step + 1)
+        if config.max_minutes and time.monotonic() - start > 60 * config.max_minutes:
+            break
+    final = validation(step + 1)
+    extra = {"distill": {"teacher": str(Path(teacher_dir).resolve()),
+                         "teacher_weights_sha256": teacher_meta.get("weights_sha256"),
+                         "config": dataclasses.asdict(config), "steps_done": step + 1,
+                         "train_samples": len(train_set),
+                         "loss_first_50": float(np.mean(losses[:50])),
+                         "loss_last_50": float(np.mean(losses[-50:])),
+                         "val_before": initial, "val_after": final,
+                         "wall_s": time.monotonic() - start}}
+    return save_checkpoint(evaluated, out / "checkpoint", dataset_id=dataset_id,
+                           dataset_hash=fingerprint, extra=extra)

@@ -1,0 +1,168 @@
+"""Static-graph export of a policy checkpoint to ONNX (``dpr export``).
+
+A chunk is two graphs with fixed shapes, the split ``PolicyRunner`` caches at:
+
+- ``frame_encoder.onnx``: one camera frame (image uint8 (1, 3, H, W), points
+  (1, N, 3) base_link m, colours uint8 (1, N, 3)) + instruction embedding (1, L)
+  -> the per-frame features (``DiffusionPolicy.encode_frames``), run once per frame;
+- ``chunk.onnx``: the To frames' features + instruction + joint states (1, To, D) +
+  initial noise (S, K, T, D) -> (1, T, D) joint targets: fusion, the fixed-step
+  sampler (DDIM or consistency, unrolled), the medoid of K and un-normalisation.
+
+The noise is an input, so the graph is deterministic and checked against eager
+torch on the same inputs. ``onnx.json`` beside the graphs names the checkpoint's
+weights hash, the sampler, steps, K and every input and output shape; the
+ONNX Runtime backend refuses graphs whose manifest does not match the checkpoint
+it is asked to run.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from diffusion_policy_ros.policy.modeling_diffusion import DiffusionPolicy
+
+MANIFEST = "onnx.json"
+FRAME_GRAPH = "frame_encoder.onnx"
+CHUNK_GRAPH = "chunk.onnx"
+MANIFEST_FORMAT = "diffusion_policy_ros.onnx/1"
+
+
+def frame_feature_keys(policy: DiffusionPolicy) -> list[str]:
+    keys = ["image_tokens", "point_tokens", "point_centres"]
+    if policy.grounding is not None:
+        keys += ["target_centre", "target_shape"]
+    return keys
+
+
+class FrameEncoderGraph(nn.Module):
+    def __init__(self, policy: DiffusionPolicy):
+        super().__init__()
+        self.policy = policy
+        self.keys = frame_feature_keys(policy)
+
+    def forward(self, image: torch.Tensor, points: torch.Tensor, colors: torch.Tensor,
+                language: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        features = self.policy.encode_frames(image, points, colors, language)
+        return tuple(features[k] for k in self.keys)
+
+
+class ChunkGraph(nn.Module):
+    def __init__(self, policy: DiffusionPolicy, steps: int, num_samples: int):
+        super().__init__()
+        self.policy = policy
+        self.keys = frame_feature_keys(policy)
+        self.steps = steps
+        self.num_samples = num_samples
+
+    def forward(self, language: torch.Tensor, state: torch.Tensor, noises: torch.Tensor,
+                *frames: torch.Tensor) -> torch.Tensor:
+        cond, _ = self.policy.condition_from_frames(dict(zip(self.keys, frames, strict=True)),
+                                                    language, state)
+        return self.policy.chunk_from_condition(cond, state, noises, self.steps,
+                                                self.num_samples)
+
+
+def example_inputs(policy: DiffusionPolicy, steps: int, num_samples: int,
+                   seed: int = 0) -> tuple[dict, dict]:
+    """Random (frame inputs, chunk inputs without the frame features) of the right shapes."""
+    c = policy.config
+    g = torch.Generator().manual_seed(seed)
+    h, w = c.image_size
+    frame = {"image": torch.randint(0, 256, (1, 3, h, w), generator=g, dtype=torch.uint8),
+             "points": torch.rand((1, c.num_points, 3), generator=g) * 0.6
+             + torch.tensor([0.2, -0.3, 0.0]),
+             "colors": torch.randint(0, 256, (1, c.num_points, 3), generator=g,
+                                     dtype=torch.uint8),
+             "language": torch.nn.functional.normalize(
+                 torch.randn((1, c.language_dim), generator=g), dim=-1)}
+    chunk = {"language": frame["language"],
+             "state": torch.rand((1, c.n_obs_steps, c.state_dim), generator=g) - 0.5,
+             "noises": policy.initial_noise(num_samples, steps, g)}
+    return frame, chunk
+
+
+def _export(module: nn.Module, args: tuple, path: Path, input_names: Sequence[str],
+            output_names: Sequence[str], opset: int) -> None:
+    # nn.MultiheadAttention's inference fast path is one fused op that ONNX lacks; the
+    # composite path exports as plain matmuls and softmax.
+    fastpath = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        _export_graph(module, args, path, input_names, output_names, opset)
+    finally:
+        torch.backends.mha.set_fastpath_enabled(fastpath)
+
+
+def _export_graph(module: nn.Module, args: tuple, path: Path, input_names: Sequence[str],
+                  output_names: Sequence[str], opset: int) -> None:
+    torch.onnx.export(module, args, str(path), input_names=list(input_names),
+                      output_names=list(output_names), opset_version=opset, dynamo=False,
+                      do_constant_folding=True)
+
+
+@torch.no_grad()
+def export_onnx(policy: DiffusionPolicy, out_dir: str | Path, weights_sha256: str | None,
+                steps: int | None = None, num_samples: int | None = None,
+                opset: int = 18) -> dict:
+    """Write the two graphs and the manifest into ``out_dir``; return the manifest."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    policy = policy.to("cpu").eval().float()
+    c = policy.config
+    steps = steps or c.num_inference_steps
+    k = num_samples or c.num_samples
+    frame_in, chunk_in = example_inputs(policy, steps, k)
+    keys = frame_feature_keys(policy)
+    encoder = FrameEncoderGraph(policy)
+    _export(encoder, tuple(frame_in.values()), out_dir / FRAME_GRAPH, list(frame_in), keys,
+            opset)
+    features = encoder(*frame_in.values())
+    frames = [f[:, None].expand(-1, c.n_obs_steps, *f.shape[1:]).contiguous()
+              for f in features]
+    head = ChunkGraph(policy, steps, k)
+    _export(head, (*chunk_in.values(), *frames), out_dir / CHUNK_GRAPH,
+            [*chunk_in, *keys], ["chunk"], opset)
+    manifest = {
+        "format": MANIFEST_FORMAT, "weights_sha256": weights_sha256, "sampler": c.sampler,
+        "num_inference_steps": steps, "num_samples": k, "n_obs_steps": c.n_obs_steps,
+        "frame_inputs": {n: list(t.shape) for n, t in frame_in.items()},
+        "frame_features": {n: list(t.shape[1:]) for n, t in zip(keys, features, strict=True)},
+        "chunk_inputs": {n: list(t.shape) for n, t in chunk_in.items()},
+        "chunk_output": [1, c.horizon, c.action_dim], "opset": opset,
+    }
+    (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    return manifest
+
+
+def compare_backends(reference, candidate, observations_seq: Sequence[Sequence[dict]],
+                     instruction: str, seed: int = 0) -> dict[str, float]:
+    """Max and median |candidate - reference| (rad / m) of the chunks two runners compute
+    for the same observation histories and noise."""
+    diffs = []
+    for i, history in enumerate(observations_seq):
+        a = reference.predict(history, instruction, noise=seed + i)
+        b = candidate.predict(history, instruction, noise=seed + i)
+        diffs.append(np.abs(a - b))
+    d = np.stack(diffs)
+    return {"max_abs": float(d.max()), "median_abs": float(np.median(d)),
+            "chunks": len(diffs)}
+
+
+def recorded_histories(episode, count: int, n_obs_steps: int) -> tuple[list[list[dict]], str]:
+    """Up to ``count`` To-frame histories (oldest first) spread over a recorded episode
+    (``learning.episode_bag.EpisodeRecord``), and its instruction."""
+    frames = [{"image": episode.images[i], "points": episode.points[i],
+               "point_colors": episode.colors[i],
+               "joint_positions": episode.joint_positions[i].astype(np.float32)}
+              for i in range(len(episode))]
+    ends = np.linspace(0, len(frames) - 1, min(count, len(frames))).round().astype(int)
+    histories = [[frames[max(0, e - n_obs_steps + 1 + j)] for j in range(n_obs_steps)]
+                 for e in ends]
+    return histories, episode.instruction

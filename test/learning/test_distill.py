@@ -1,0 +1,72 @@
+"""dpr distill: consistency distillation of a tiny checkpoint on two recorded demos."""
+
+import json
+
+import numpy as np
+import torch
+
+from diffusion_policy_ros.learning.distill import ConditionSet, ConsistencyDistiller, distill
+from diffusion_policy_ros.learning.distill_config import DistillConfig, load_distill_config
+from diffusion_policy_ros.policy.checkpoint import load_checkpoint
+from diffusion_policy_ros.policy.runner import PolicyRunner, synthetic_observation
+
+
+def test_shipped_settings_load():
+    config = load_distill_config()
+    assert (config.target_ema_start, config.target_ema_end) == (0.95, 0.999)
+    assert config.consistency_skip == 10
+
+
+def test_distillation_loss_falls_and_the_student_samples_in_one_step(tiny_checkpoint,
+                                                                      tiny_demos, tmp_path):
+    config = DistillConfig(steps=120, batch_size=32, lr=1e-3, warmup_steps=5, log_every=20,
+                           val_every=1000, val_samples=32, val_fraction=0.5, num_threads=2,
+                           device="cpu", sampling_steps=1)
+    ckpt = distill(tiny_checkpoint, [tiny_demos], config, tmp_path / "run", progress=False)
+    log = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    losses = [r["loss"] for r in log if "loss" in r]
+    assert losses[-1] < 0.5 * losses[0], losses
+    assert [r["step"] for r in log if "val" in r] == [0, 120]
+
+    student, meta = load_checkpoint(ckpt)
+    teacher, _ = load_checkpoint(tiny_checkpoint)
+    assert student.config.sampler == "consistency" and student.config.num_inference_steps == 1
+    # Only the denoiser was distilled: encoders, fusion and normaliser are the teacher's.
+    for name, value in teacher.state_dict().items():
+        if not name.startswith("denoiser."):
+            assert torch.equal(value, student.state_dict()[name]), name
+    assert meta["extra"]["distill"]["steps_done"] == 120
+    # The teacher's conditions are cached for a rerun on the same data.
+    assert len(list((tmp_path / "run").glob("conditions_*.safetensors"))) == 2
+
+    runner = PolicyRunner(student, device="cpu")
+    rng = np.random.default_rng(0)
+    history = [synthetic_observation(student, rng) for _ in range(2)]
+    chunk = runner.predict(history, "pick up the red cube", noise=0)
+    assert chunk.shape == (16, 7) and np.isfinite(chunk).all()
+    lo, hi = (student.normalizer.stats()["action"][k].numpy() for k in ("min", "max"))
+    assert (chunk >= lo - 1e-5).all() and (chunk <= hi + 1e-5).all()
+    assert len(runner.timer.durations_s["denoiser_step"]) == 1
+
+
+def test_the_target_network_follows_the_student_at_the_ema_rate():
+    student, teacher = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+    from diffusion_policy_ros.policy.configuration_diffusion import DiffusionPolicyConfig
+    from diffusion_policy_ros.policy.consistency import ConsistencySchedule
+
+    distiller = ConsistencyDistiller(teacher, student,
+                                     ConsistencySchedule(DiffusionPolicyConfig()))
+    before = distiller.target.weight.clone()
+    with torch.no_grad():
+        student.weight.add_(1.0)
+    distiller.update_target(0.95)
+    assert torch.allclose(distiller.target.weight, before + 0.05)
+    assert not distiller.target.weight.requires_grad
+
+
+def test_condition_sets_round_trip(tmp_path):
+    conds = ConditionSet(torch.randn(5, 8), torch.rand(5, 16, 7), torch.randn(5, 2, 7))
+    conds.save(tmp_path / "c.safetensors")
+    again = ConditionSet.load(tmp_path / "c.safetensors")
+    assert torch.equal(again.cond, conds.cond) and len(again) == 5
+    assert torch.equal(conds.subset(torch.tensor([1, 3])).clean, conds.clean[[1, 3]])
