@@ -1,78 +1,143 @@
 """The whole grasp system: camera -> rgbd_sync_node -> policy_node -> pd_tracker_node -> arm.
 
 ros2 launch diffusion_policy_ros grasp.launch.py [use_sim:=false] [rviz:=true] \\
-    [device:=cuda] [checkpoint:=/path/to/checkpoint] [num_inference_steps:=10]
+    [use_sim_time:=true real_time_factor:=0.3] [device:=cuda] [checkpoint:=/path/to/ckpt]
 ros2 topic pub --once /instruction std_msgs/msg/String "{data: 'pick up the red cube'}"
 
-use_sim:=true (default) starts the MuJoCo simulation (sim_node). With
-use_sim:=false the Kinect topics come from the Azure Kinect ROS driver and the
-arm's commands go to its ros2_control controllers:
+use_sim:=true (default) starts the MuJoCo simulation (sim_node), which waits for
+your instruction and scores the object it names on sim/episode (sim_instructions:=true:
+it instructs itself, a new instruction per episode). On a small CPU pace it with
+use_sim_time:=true real_time_factor:=0.3 so the policy keeps up. With use_sim:=false
+the Kinect topics come from the Azure Kinect ROS driver and the arm's commands go to
+its ros2_control controllers:
   camera/rgb/image_raw, camera/rgb/camera_info, camera/depth_to_rgb/image_raw
     <- azure_kinect_ros_driver (namespace it under camera/, or remap rgb/* and
        depth_to_rgb/* to camera/... in your driver launch)
   joint_states <- joint_state_broadcaster
   arm_controller/commands -> an effort JointGroupEffortController named arm_controller
   gripper_controller/commands -> a forward position controller named gripper_controller
+
+Arguments are typed like the parameters they set (real_time_factor:=1 and :=1.0 both
+work); an invalid value stops the launch with one error line before any node starts.
+An empty tuning argument leaves the value of the parameter file (config/*.yaml).
 """
 
 import os
 
-from ament_index_python.packages import get_package_share_directory
+from ament_index_python.packages import PackageNotFoundError, get_package_share_directory
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument
-from launch.conditions import IfCondition
+from launch.actions import DeclareLaunchArgument, OpaqueFunction
+from launch.logging import get_logger
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
+from diffusion_policy_ros.launch_support import (
+    describe_argument,
+    parse_bool,
+    typed_parameters,
+)
+from diffusion_policy_ros.policy.node_config import PolicyNodeConfig
+from diffusion_policy_ros.sim.sim_config import SimConfig
+
 PACKAGE = "diffusion_policy_ros"
+#: Launch arguments that set a sim_node / policy_node parameter of the same name.
+SIM_ARGUMENTS = ("real_time_factor", "seed", "time_limit_s")
+POLICY_ARGUMENTS = ("device", "precision", "num_inference_steps", "num_samples", "num_threads")
+#: Launch defaults that differ from the parameter files.
+POLICY_DEFAULTS = {"device": "auto", "num_inference_steps": "10"}
+
+
+def _installed(package: str) -> bool:
+    try:
+        get_package_share_directory(package)
+    except PackageNotFoundError:
+        return False
+    return True
+
+
+def _nodes(context, config: str, share: str):
+    def arg(name: str) -> str:
+        return LaunchConfiguration(name).perform(context)
+
+    use_sim = parse_bool("use_sim", arg("use_sim"))
+    use_sim_time = parse_bool("use_sim_time", arg("use_sim_time"))
+    sim_instructions = parse_bool("sim_instructions", arg("sim_instructions"))
+    rviz = parse_bool("rviz", arg("rviz"))
+    sim_params = typed_parameters(SimConfig, {name: arg(name) for name in SIM_ARGUMENTS})
+    policy_params = typed_parameters(PolicyNodeConfig, {
+        "checkpoint": arg("checkpoint"), **{name: arg(name) for name in POLICY_ARGUMENTS}})
+    ns = arg("namespace")
+    sim_time = {"use_sim_time": use_sim_time}
+    nodes = []
+    if use_sim:
+        nodes.append(Node(
+            package=PACKAGE, executable="sim_node", name="sim_node", namespace=ns,
+            output="screen",
+            parameters=[os.path.join(config, "sim.yaml"), sim_params,
+                        {"publish_clock": use_sim_time,
+                         "publish_instruction": sim_instructions}]))
+    nodes += [
+        Node(package=PACKAGE, executable="rgbd_sync_node", name="rgbd_sync_node", namespace=ns,
+             output="screen", parameters=[os.path.join(config, "rgbd_sync.yaml"), sim_time]),
+        Node(package=PACKAGE, executable="policy_node", name="policy_node", namespace=ns,
+             output="screen",
+             parameters=[os.path.join(config, "policy_node.yaml"), sim_time, policy_params,
+                         {"autostart": True}]),
+        Node(package=PACKAGE, executable="pd_tracker_node", name="pd_tracker_node",
+             namespace=ns, output="screen",
+             parameters=[os.path.join(config, "pd_tracker.yaml"), sim_time]),
+    ]
+    if rviz:
+        missing = [p for p in ("rviz2", "robot_state_publisher") if not _installed(p)]
+        if missing:
+            get_logger("launch").warning(
+                f"rviz:=true but {' and '.join(missing)} not installed (a ROS 2 desktop "
+                "install has them; the PyPI wheels do not): starting without rviz")
+        else:
+            with open(os.path.join(share, "urdf", "arm.urdf"), encoding="utf-8") as fh:
+                robot_description = fh.read()
+            nodes += [
+                Node(package="robot_state_publisher", executable="robot_state_publisher",
+                     namespace=ns, parameters=[{"robot_description": robot_description},
+                                               sim_time]),
+                Node(package="rviz2", executable="rviz2", namespace=ns,
+                     arguments=["-d", os.path.join(config, "grasp.rviz")],
+                     parameters=[sim_time]),
+            ]
+    return nodes
 
 
 def generate_launch_description():
     share = get_package_share_directory(PACKAGE)
     config = os.path.join(share, "config")
-    ns = LaunchConfiguration("namespace")
-    use_sim_time = {"use_sim_time": LaunchConfiguration("use_sim_time")}
-    with open(os.path.join(share, "urdf", "arm.urdf"), encoding="utf-8") as fh:
-        robot_description = fh.read()
+    sim_yaml = os.path.join(config, "sim.yaml")
+    policy_yaml = os.path.join(config, "policy_node.yaml")
     return LaunchDescription([
         DeclareLaunchArgument("use_sim", default_value="true",
                               description="Start the MuJoCo simulation; false = real Kinect "
                               "and arm from your drivers"),
         DeclareLaunchArgument("use_sim_time", default_value="false",
                               description="Follow /clock (the simulation publishes it when "
-                              "true; use true for bag replay)"),
+                              "true; use with real_time_factor below 1 on a small CPU)"),
         DeclareLaunchArgument("namespace", default_value="",
                               description="Namespace of all nodes and topics"),
-        DeclareLaunchArgument("device", default_value="auto",
-                              description="Policy device: auto | cpu | cuda | npu"),
+        DeclareLaunchArgument("sim_instructions", default_value="false",
+                              description="true: the simulation publishes its own "
+                              "instruction for each episode; false: it waits for yours "
+                              "(ros2 topic pub ... /instruction). Either way it scores the "
+                              "object the last instruction names"),
+        *[DeclareLaunchArgument(name, default_value="", description=describe_argument(
+            SimConfig, name, sim_yaml, "sim_node")) for name in SIM_ARGUMENTS],
         DeclareLaunchArgument("checkpoint",
                               default_value=os.path.join(share, "checkpoints", "grasp_unet"),
                               description="Policy checkpoint directory (safetensors + JSON)"),
-        DeclareLaunchArgument("num_inference_steps", default_value="10",
-                              description="DDIM steps per action chunk"),
+        *[DeclareLaunchArgument(name, default_value=POLICY_DEFAULTS.get(name, ""),
+                                description=describe_argument(PolicyNodeConfig, name,
+                                                              policy_yaml, "policy_node"))
+          for name in POLICY_ARGUMENTS],
         DeclareLaunchArgument("rviz", default_value="false",
                               description="Start rviz2 with config/grasp.rviz and "
-                              "robot_state_publisher"),
-        Node(package=PACKAGE, executable="sim_node", name="sim_node", namespace=ns,
-             output="screen", condition=IfCondition(LaunchConfiguration("use_sim")),
-             parameters=[os.path.join(config, "sim.yaml"),
-                         {"publish_clock": LaunchConfiguration("use_sim_time")}]),
-        Node(package=PACKAGE, executable="rgbd_sync_node", name="rgbd_sync_node", namespace=ns,
-             output="screen", parameters=[os.path.join(config, "rgbd_sync.yaml"), use_sim_time]),
-        Node(package=PACKAGE, executable="policy_node", name="policy_node", namespace=ns,
-             output="screen",
-             parameters=[os.path.join(config, "policy_node.yaml"), use_sim_time,
-                         {"device": LaunchConfiguration("device"),
-                          "checkpoint": LaunchConfiguration("checkpoint"),
-                          "num_inference_steps": LaunchConfiguration("num_inference_steps"),
-                          "autostart": True}]),
-        Node(package=PACKAGE, executable="pd_tracker_node", name="pd_tracker_node",
-             namespace=ns, output="screen",
-             parameters=[os.path.join(config, "pd_tracker.yaml"), use_sim_time]),
-        Node(package="robot_state_publisher", executable="robot_state_publisher",
-             namespace=ns, condition=IfCondition(LaunchConfiguration("rviz")),
-             parameters=[{"robot_description": robot_description}, use_sim_time]),
-        Node(package="rviz2", executable="rviz2", namespace=ns,
-             condition=IfCondition(LaunchConfiguration("rviz")),
-             arguments=["-d", os.path.join(config, "grasp.rviz")], parameters=[use_sim_time]),
+                              "robot_state_publisher (skipped with a warning where they are "
+                              "not installed)"),
+        OpaqueFunction(function=_nodes, args=[config, share]),
     ])

@@ -159,6 +159,45 @@ def open_bag(path: Path) -> Reader:
     return reader
 
 
+def bag_topics(path: str | Path) -> list[str]:
+    """The topics a bag holds, without a leading "/" (``BagError`` when it is no bag)."""
+    reader = open_bag(Path(path))
+    try:
+        return sorted({c.topic.lstrip("/") for c in reader.connections})
+    finally:
+        reader.close()
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplayPlan:
+    """What ``replay.launch.py`` plays from a bag and whether perception runs on it."""
+
+    topics: tuple[str, ...]
+    perception: bool
+    """True: raw Kinect topics go to rgbd_sync_node; False: the recorded observations
+    go to policy_node directly."""
+    note: str = ""
+
+
+def replay_plan(topics) -> ReplayPlan:
+    """Raw camera topics when the bag has them (``--raw-camera``, ``ros2 bag record`` on a
+    robot), else the recorded ``observation/*`` (what plain ``dpr collect`` writes), plus
+    ``joint_states`` and ``instruction``. ``BagError`` when it has neither."""
+    names = {t.lstrip("/") for t in topics}
+    raw = (TOPIC_RGB, TOPIC_CAMERA_INFO, TOPIC_DEPTH)
+    if TOPIC_JOINT_STATES not in names:
+        raise BagError(f"the bag has no {TOPIC_JOINT_STATES} (topics: {sorted(names)})")
+    extra = (TOPIC_JOINT_STATES,) + ((TOPIC_INSTRUCTION,) if TOPIC_INSTRUCTION in names else ())
+    note = "" if TOPIC_INSTRUCTION in names else (
+        f"the bag has no {TOPIC_INSTRUCTION}: the policy acts once one is published")
+    if all(t in names for t in raw):
+        return ReplayPlan(raw + extra, True, note)
+    if TOPIC_IMAGE in names and TOPIC_POINTS in names:
+        return ReplayPlan((TOPIC_IMAGE, TOPIC_POINTS) + extra, False, note)
+    raise BagError(f"the bag has neither the raw camera topics {list(raw)} nor "
+                   f"{TOPIC_IMAGE} + {TOPIC_POINTS} (topics: {sorted(names)})")
+
+
 def _read_messages(path: Path) -> dict[str, list[tuple[int, object]]]:
     reader = open_bag(path)
     by_topic: dict[str, list[tuple[int, object]]] = {}

@@ -12,20 +12,25 @@ header stamps carry.
 QoS: reliable, depth 100 (10 for images and clouds) for every topic, except
 ``instruction`` (transient local, depth 1, as ARCHITECTURE.md specifies, so a
 policy started later still gets it). Messages published before a subscriber has matched are lost, so
-playback first waits up to ``wait_s`` for every topic to have a subscriber.
+playback first waits up to ``wait_s`` for every topic to have a subscriber and for
+the lifecycle nodes in ``wait_active`` (e.g. policy_node, which loads its model
+after subscribing) to be active. ``report_topics`` are counted while playing (e.g.
+the policy's ``policy/action_chunk``) and reported with the playback summary.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
+import threading
 import time
 from collections import Counter
 from pathlib import Path
 
 import rclpy
 from rclpy.duration import Duration
-from rclpy.executors import ExternalShutdownException
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile
 from rosgraph_msgs.msg import Clock
@@ -46,6 +51,10 @@ class PlayOptions:
     topics: list[str] | None = None
     """Play only these topics (a leading "/" is optional); None: all."""
     namespace: str = ""
+    wait_active: list[str] = dataclasses.field(default_factory=list)
+    """Lifecycle nodes (relative names) that must be active before playing (up to wait_s)."""
+    report_topics: list[str] = dataclasses.field(default_factory=list)
+    """Topics whose messages are counted while playing and reported."""
 
 
 @dataclasses.dataclass
@@ -57,14 +66,22 @@ class PlayReport:
     """Worst delay of a publish behind its scheduled wall time."""
     unmatched_topics: list[str]
     interrupted: bool = False
+    inactive_nodes: list[str] = dataclasses.field(default_factory=list)
+    received: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Messages counted on ``report_topics`` while playing."""
 
     def summary(self) -> str:
         total = sum(self.messages.values())
         text = (f"played {total} messages on {len(self.messages)} topics: "
                 f"{self.bag_duration_s:.2f} s of bag in {self.wall_duration_s:.2f} s wall, "
                 f"max lateness {self.max_lateness_ms:.1f} ms")
+        for topic, count in self.received.items():
+            per_s = count / self.bag_duration_s if self.bag_duration_s > 0 else 0.0
+            text += f"\nreceived {count} messages on {topic} ({per_s:.1f} per bag second)"
         if self.unmatched_topics:
             text += f"\nno subscriber matched in time on: {', '.join(self.unmatched_topics)}"
+        if self.inactive_nodes:
+            text += f"\nnot active when playing began: {', '.join(self.inactive_nodes)}"
         if self.interrupted:
             text += "\ninterrupted"
         return text
@@ -109,6 +126,53 @@ class BagPlayer(Node):
         # Reliable depth 1 matches rclpy's / rclcpp's best-effort /clock subscriptions too.
         self.clock_pub = (self.create_publisher(Clock, "/clock", QoSProfile(depth=1))
                           if options.clock else None)
+
+    def wait_for_active(self, nodes: list[str], timeout_s: float) -> list[str]:
+        """Poll ``<node>/get_state`` until each node is active; returns those that are not.
+
+        Needs the node spun (``play`` runs an executor thread).
+        """
+        from lifecycle_msgs.srv import GetState
+
+        deadline = time.monotonic() + timeout_s
+        pending = list(nodes)
+        clients = {n: self.create_client(GetState, f"{n}/get_state") for n in nodes}
+        try:
+            while pending and time.monotonic() < deadline and self.context.ok():
+                for name in list(pending):
+                    if not clients[name].service_is_ready():
+                        continue
+                    future = clients[name].call_async(GetState.Request())
+                    answer_by = min(deadline, time.monotonic() + 2.0)
+                    while not future.done() and time.monotonic() < answer_by:
+                        time.sleep(0.02)
+                    result = future.result() if future.done() else None
+                    if result is not None and result.current_state.label == "active":
+                        pending.remove(name)
+                time.sleep(0.1)
+        finally:
+            for client in clients.values():
+                self.destroy_client(client)
+        return pending
+
+    def count_topics(self, topics: list[str], timeout_s: float) -> dict[str, list[int]]:
+        """Subscribe to ``topics`` with the type their publishers have (waiting up to
+        ``timeout_s`` for one); returns the live per-topic counters ([count])."""
+        counters: dict[str, list[int]] = {}
+        deadline = time.monotonic() + timeout_s
+        for topic in topics:
+            name = self.resolve_topic_name(topic)
+            types = []
+            while not types and time.monotonic() < deadline and self.context.ok():
+                types = dict(self.get_topic_names_and_types()).get(name, [])
+                if not types:
+                    time.sleep(0.05)
+            counter = counters[topic] = [0]
+            if types:
+                self.create_subscription(
+                    message_class(types[0]), topic,
+                    lambda _msg, c=counter: c.__setitem__(0, c[0] + 1), QoSProfile(depth=10))
+        return counters
 
     def unmatched(self) -> list[str]:
         return [t for t, p in self.pubs.items() if p.get_subscription_count() == 0]
@@ -183,8 +247,14 @@ def play(options: PlayOptions, context=None) -> PlayReport:
             if missing:
                 raise BagError(f"{path}: no such topics in the bag: {missing}")
         player = BagPlayer(connections, options, context=context)
+        executor = SingleThreadedExecutor(context=player.context)
+        executor.add_node(player)
+        spinner = threading.Thread(target=_spin, args=(executor,), daemon=True)
+        spinner.start()
         try:
+            counters = player.count_topics(options.report_topics, options.wait_s)
             unmatched = player.wait_for_subscribers(options.wait_s)
+            inactive = player.wait_for_active(options.wait_active, options.wait_s)
             wall0 = time.monotonic()
             try:
                 counts, t_last, t_first, lateness, interrupted = player.play(
@@ -199,11 +269,19 @@ def play(options: PlayOptions, context=None) -> PlayReport:
             if not interrupted:
                 player.flush(options.flush_s)
             return PlayReport(dict(counts), (t_last - t_first) * 1e-9, time.monotonic() - wall0,
-                              lateness * 1e3, unmatched, interrupted)
+                              lateness * 1e3, unmatched, interrupted, inactive,
+                              {topic: c[0] for topic, c in counters.items()})
         finally:
+            executor.shutdown()
+            spinner.join(timeout=5.0)
             player.destroy_node()
     finally:
         reader.close()
+
+
+def _spin(executor: SingleThreadedExecutor) -> None:
+    with contextlib.suppress(ExternalShutdownException):  # shutdown: play() reports it
+        executor.spin()
 
 
 def run(options: PlayOptions) -> int:

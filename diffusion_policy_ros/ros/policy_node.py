@@ -91,6 +91,9 @@ from diffusion_policy_ros.ros.params import declare_config
 STAGES = ("language", "rgb_encoder", "point_encoder", "grounding", "tool_target",
           "proprio_encoder", "fusion", "denoiser_step")
 _SUCCESS, _FAILURE = TransitionCallbackReturn.SUCCESS, TransitionCallbackReturn.FAILURE
+NO_INSTRUCTION = ("no instruction yet: publish one on 'instruction' (std_msgs/String), e.g. "
+                  "ros2 topic pub --once /instruction std_msgs/msg/String "
+                  "\"{data: 'pick up the red cube'}\"")
 
 
 def duration_msg(seconds: float) -> Duration:
@@ -383,8 +386,11 @@ class PolicyNode(LifecycleNode):
         wall = time.perf_counter()
         instruction = self._instruction
         if not instruction:
-            self._refuse("no_instruction", "no instruction yet: publish one on 'instruction' "
-                         "(std_msgs/String, reliable, transient local)")
+            # Waiting for a person is the normal state after start-up: said once, counted.
+            self._refusal = Refusal("no_instruction", NO_INSTRUCTION)
+            self.refusals.record("no_instruction", time.monotonic())
+            if self.refusals.counts["no_instruction"] == 1:
+                self.get_logger().info(f"not acting yet: {NO_INSTRUCTION}")
             return
         c = runner.config
         now_ns = self.get_clock().now().nanoseconds

@@ -13,7 +13,10 @@ from diffusion_policy_ros.learning.episode_bag import (
     TOPIC_IMAGE,
     BagError,
     EpisodeBagWriter,
+    ReplayPlan,
+    bag_topics,
     read_episode,
+    replay_plan,
 )
 from diffusion_policy_ros.perception.pipeline import RgbdObservationPipeline, RgbdSyncConfig
 from diffusion_policy_ros.perception.synthetic_scene import KINECT_NFOV, SyntheticKinect
@@ -132,3 +135,25 @@ def test_bag_message_helpers_round_trip():
     np.testing.assert_array_equal(p2, pts)
     np.testing.assert_array_equal(c2, cols)
     assert bm.stamp_ns_of(msg) == 123
+
+
+def test_replay_plan_plays_raw_camera_topics_when_present_else_the_observations(tmp_path, kinect):
+    """replay.launch.py refused plain `dpr collect` bags (no raw camera topics)."""
+    plain, raw = tmp_path / "plain", tmp_path / "raw"
+    write_episode(plain, kinect, raw_camera=False, frames=2)
+    write_episode(raw, kinect, raw_camera=True, frames=2)
+    assert replay_plan(bag_topics(plain)) == ReplayPlan(
+        ("observation/image", "observation/points", "joint_states", "instruction"), False)
+    assert replay_plan(bag_topics(raw)) == ReplayPlan(
+        ("camera/rgb/image_raw", "camera/rgb/camera_info", "camera/depth_to_rgb/image_raw",
+         "joint_states", "instruction"), True)
+    # ros2 bag record names, no instruction: played, with a note.
+    recorded = replay_plan(["/camera/rgb/image_raw", "/camera/rgb/camera_info",
+                            "/camera/depth_to_rgb/image_raw", "/joint_states"])
+    assert recorded.perception and "instruction" not in recorded.topics and recorded.note
+    with pytest.raises(BagError, match="no joint_states"):
+        replay_plan(["observation/image", "observation/points"])
+    with pytest.raises(BagError, match="neither the raw camera topics"):
+        replay_plan(["joint_states", "observation/image"])
+    with pytest.raises(BagError, match="no such bag"):
+        bag_topics(tmp_path / "absent")

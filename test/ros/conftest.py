@@ -169,7 +169,8 @@ class Ros2Command:
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
     def log(self) -> str:
-        self._log.flush()
+        if not self._log.closed:
+            self._log.flush()
         return self.log_path.read_text()
 
     def wait_for(self, predicate, timeout_s: float, what: str) -> None:
@@ -239,3 +240,14 @@ def ros2_env(colcon_install):
     if not ROS2_TOOLS:
         pytest.skip(requires_ros2_tools.kwargs["reason"])
     return colcon_install.env()
+
+
+@pytest.fixture(scope="session")
+def readme_instruction() -> str:
+    """The instruction command of README.md's "ROS 2 users" section, verbatim."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("## ROS 2 users", 1)[1].split("\n## ", 1)[0]
+    commands = [line.split("  #")[0].strip() for line in section.splitlines()
+                if line.startswith("ros2 topic pub --once /instruction")]
+    assert commands, "README.md's ROS 2 section lost its instruction command"
+    return commands[0]

@@ -9,9 +9,13 @@ from std_msgs.msg import String
 
 pytestmark = pytest.mark.ros
 
-#: The README's instruction command, verbatim (run by a shell, as a user types it).
+#: The README's instruction command (run by a shell, as a user types it).
 README_INSTRUCTION = ("ros2 topic pub --once /instruction std_msgs/msg/String "
                       "\"{data: 'pick up the red cube'}\"")
+
+
+def test_the_readme_documents_this_instruction_command(readme_instruction):
+    assert readme_instruction == README_INSTRUCTION
 LATCHED = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
 
 
@@ -39,7 +43,7 @@ def test_readme_instruction_command_and_a_latched_instruction_reach_policy_node(
         result = _shell(README_INSTRUCTION, ros2_env)
         assert result.returncode == 0, result.stdout + result.stderr
         ros.spin_until(lambda n=attempt: taken.count("pick up the red cube") == n + 1, 10.0,
-                       lambda: f"README instruction #{attempt + 1} at policy_node: {taken}")
+                       lambda n=attempt: f"README instruction #{n + 1} at policy_node: {taken}")
     # A live message of a latched publisher reaches both subscriptions: taken once.
     latched_pub.publish(String(data="lift the blue block"))
     ros.spin_until(lambda: "lift the blue block" in taken, 10.0, "the live latched message")

@@ -1,0 +1,161 @@
+"""The launch files run with the real `ros2 launch` on a colcon build, as a ROS user runs them
+(skipped with the reason where the ros2 CLI / launch are not installed)."""
+
+import json
+import re
+import shutil
+import subprocess
+import time
+
+import pytest
+from diagnostic_msgs.msg import DiagnosticArray
+from rclpy.qos import DurabilityPolicy, QoSProfile
+from std_msgs.msg import String
+
+pytestmark = pytest.mark.ros
+LATCHED = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+
+
+def _shell(command: str, env: dict, timeout_s: float = 60.0) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-c", command], env=env, capture_output=True, text=True,
+                          timeout=timeout_s)
+
+
+def _until_found(command: str, env: dict, timeout_s: float = 90.0) -> str:
+    """A `ros2` query (no daemon) retried while discovery has not found the node yet."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = _shell(command, env)
+        if result.returncode == 0:
+            return result.stdout.strip()
+        assert time.monotonic() < deadline, result.stdout + result.stderr
+        time.sleep(0.5)
+
+
+def _param(env: dict, node: str, name: str) -> str:
+    return _until_found(f"ros2 param get --no-daemon --spin-time 2 {node} {name}", env)
+
+
+def _launch(ros2_command, env, launch_file, *arguments, name="launch"):
+    return ros2_command(["ros2", "launch", "diffusion_policy_ros", launch_file, *arguments],
+                        env, name)
+
+
+def _errors(log: str) -> list[str]:
+    return [line for line in log.splitlines() if "ERROR" in line]
+
+
+def test_an_invalid_argument_stops_the_launch_with_one_line_before_any_node(
+        ros2_env, ros2_command):
+    launch = _launch(ros2_command, ros2_env, "grasp.launch.py", "real_time_factor:=fast")
+    assert launch.wait_exit(60) != 0
+    log = launch.log()
+    assert _errors(log) == [
+        "[ERROR] [launch]: Caught exception in launch (see debug for traceback): "
+        "real_time_factor:=fast: parameter 'real_time_factor' must be a number, got 'fast'"], log
+    assert "process started" not in log
+    assert launch.interrupt() == []
+
+
+def test_sim_launch_takes_an_integer_real_time_factor(ros2_env, ros2_command):
+    """`sim.launch.py real_time_factor:=1` killed sim_node (InvalidParameterTypeException)."""
+    launch = _launch(ros2_command, ros2_env, "sim.launch.py", "real_time_factor:=1",
+                     "sim_instructions:=false")
+    assert _param(ros2_env, "/sim_node", "real_time_factor") == "Double value is: 1.0"
+    launch.wait_for(lambda log: "real-time factor 1," in log, 30.0, "sim_node ready")
+    assert "Traceback" not in launch.log() and not _errors(launch.log())
+    assert launch.interrupt() == [], launch.log()
+
+
+def test_namespaced_grasp_launch_applies_its_edited_parameter_files_and_survives_rviz(
+        ros2_env, ros2_command, colcon_install, tmp_path):
+    """Under namespace:=X the parameter files were ignored (keys were bare node names), and
+    rviz:=true without rviz2 aborted the launch, orphaning the nodes."""
+    install = tmp_path / "install"  # an install of our own to edit, as a user edits theirs
+    shutil.copytree(colcon_install.base, install, symlinks=True)
+    share = install / "diffusion_policy_ros/share/diffusion_policy_ros/config"
+    for name, old, new in (("rgbd_sync.yaml", "num_points: 1024", "num_points: 512"),
+                           ("pd_tracker.yaml", "rate_hz: 500.0", "rate_hz: 250")):
+        text = (share / name).read_text()
+        assert old in text
+        (share / name).write_text(text.replace(old, new))
+    env = type(colcon_install)(install).env(ros2_env)
+    launch = _launch(ros2_command, env, "grasp.launch.py", "use_sim:=false",
+                     "namespace:=cell1", "rviz:=true", "device:=cpu")
+    assert _param(env, "/cell1/rgbd_sync_node", "num_points") == "Integer value is: 512"
+    # An integer in the file for a float parameter: accepted as 250.0.
+    assert _param(env, "/cell1/pd_tracker_node", "rate_hz") == "Double value is: 250.0"
+    launch.wait_for(lambda log: "active: acting" in log, 120.0, "policy_node active")
+    state = _until_found("ros2 lifecycle get --no-daemon --spin-time 2 /cell1/policy_node", env)
+    assert state.startswith("active"), state
+    log = launch.log()
+    assert "rviz:=true but rviz2 and robot_state_publisher not installed" in log or \
+        "rviz2-" in log, log
+    assert launch.interrupt() == [], launch.log()
+    assert launch.log().count("process has finished cleanly") >= 3, launch.log()
+
+
+def test_replay_launch_plays_a_dpr_collect_bag_and_ends_by_itself(
+        ros2_env, ros2_command, tiny_checkpoint, tmp_path):
+    """replay.launch.py refused bags without raw camera topics (plain `dpr collect`), and
+    kept the nodes running after the player ended."""
+    demos = tmp_path / "demos"
+    result = _shell(f"ros2 run diffusion_policy_ros dpr collect --episodes 1 --seed 4 "
+                    f"--out {demos}", ros2_env, timeout_s=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    launch = _launch(ros2_command, ros2_env, "replay.launch.py",
+                     f"bag:={demos / 'episode_000004'}", f"checkpoint:={tiny_checkpoint}",
+                     "device:=cpu", "rate:=0.5")
+    code = launch.wait_exit(240)
+    log = launch.log()
+    assert code == 0, log
+    assert "replaying observation/image, observation/points, joint_states, instruction" in log
+    assert "[rgbd_sync_node-" not in log  # recorded observations go to the policy directly
+    played = re.search(r"played (\d+) messages on 4 topics", log)
+    chunks = re.search(r"received (\d+) messages on policy/action_chunk", log)
+    assert played and chunks and int(chunks.group(1)) > 0, log
+    assert "the bag player ended: shutting down the replay" in log
+    assert "not active when playing began" not in log, log
+    assert _errors(log) == [], log
+    assert launch.interrupt() == []
+
+
+@pytest.mark.slow
+def test_readme_instruction_makes_the_simulated_arm_lift_the_red_cube(
+        ros, ros2_env, ros2_command, readme_instruction):
+    """The README's path: grasp.launch.py (sim, paced to 0.3x real time on sim time, as
+    scripts/demo.sh), then the README's `ros2 topic pub --once` command verbatim; the sim
+    scores the object the words name and the shipped policy lifts it."""
+    episodes, policy = [], {}
+    ros.node.create_subscription(String, "sim/episode",
+                                 lambda m: episodes.append(json.loads(m.data)), LATCHED)
+
+    def on_diagnostics(msg):
+        for status in msg.status:
+            if status.name.startswith("policy_node"):
+                policy.update({kv.key: kv.value for kv in status.values},
+                              _level=status.level, _message=status.message)
+    ros.node.create_subscription(DiagnosticArray, "/diagnostics", on_diagnostics,
+                                 QoSProfile(depth=20))
+    launch = _launch(ros2_command, ros2_env, "grasp.launch.py", "use_sim_time:=true",
+                     "real_time_factor:=0.3", "device:=cpu")
+    ros.spin_until(lambda: policy.get("state") == "active" and episodes, 180.0,
+                   lambda: f"policy_node active, sim/episode: {policy} {episodes}\n"
+                           f"{launch.log()[-4000:]}")
+    assert episodes[-1]["status"] == "waiting_for_instruction", episodes
+    assert "'pick up the red cube'" in readme_instruction
+    result = _shell(readme_instruction, ros2_env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    ros.spin_until(lambda: episodes[-1]["status"] in ("success", "wrong_object", "timeout"),
+                   240.0, lambda: f"the end of the episode: {episodes[-3:]}\n"
+                                  f"{launch.log()[-4000:]}")
+    final = episodes[-1]
+    assert final["target"] == "red_cube" and final["instruction"] == "pick up the red cube"
+    assert final["status"] == "success", (final, launch.log()[-4000:])
+    # Chunks per sim second at the 10 Hz target (a third of that per wall second).
+    assert float(policy["chunk_rate_hz"]) >= 8.0, policy
+    assert float(policy["chunk_rate_wall_hz"]) < float(policy["chunk_rate_hz"]), policy
+    assert "below 10 Hz" not in policy["_message"], policy
+    assert _errors(launch.log()) == [], launch.log()
+    assert launch.interrupt() == [], launch.log()
+    assert launch.log().count("process has finished cleanly") == 4, launch.log()
