@@ -9,9 +9,11 @@ episode's ``instruction`` and state (``sim/episode``, ``/diagnostics``) and, wit
 Instructions. The episode is scored against the object a person's instruction names
 (``SimulationRuntime.follow_instruction``, the task generator's grammar), not only
 the sim's own choice. With ``publish_instruction`` each episode starts with the sim's
-own instruction (published latched) and a person's replaces it until the next reset;
-without it the episode waits for a person's instruction (``waiting_for_instruction``)
-and keeps the last one across resets. Words naming no object of the scene give
+own instruction and a person's replaces it until the next reset; without it the
+episode waits for a person's instruction (``waiting_for_instruction``) and keeps the
+last one across resets. At a reset the new episode's instruction, if any, is
+published latched on ``instruction``, so policy_node restarts its history with the
+episode (see Stamps). Words naming no object of the scene give
 ``no_target``: nothing is scored, lifting is no wrong object. After an episode ended,
 an instruction starts the next episode in the scene as it is (no reset). The sim
 hears instructions on ``policy/instruction`` (what policy_node took, from any
@@ -255,8 +257,9 @@ class SimNode(Node):
             self._stamp_ns = self._ros_stamp_ns()
         # Clock, instruction, then the episode's first joint_states and frame:
         # policy_node restarts its history at its clock when the instruction arrives.
+        # A kept instruction is published again for that, a sim's own one for the first time.
         self._publish_clock()
-        if self.config.publish_instruction:
+        if state.instruction:
             self.instruction_pub.publish(String(data=state.instruction))
         self._after_step(state)
         told = (f"'{state.instruction}' -> {state.target}" if state.has_target

@@ -51,8 +51,9 @@ class SimConfig:
     publish_instruction: bool = param(True, "sim_node: each episode starts with the sim's own "
                                       "instruction, published on 'instruction' (latched); "
                                       "false: episodes wait for a person's instruction and "
-                                      "keep it across resets. Either way a person's "
-                                      "instruction sets the object that is scored")
+                                      "keep it across resets (published again at each). "
+                                      "Either way a person's instruction sets the object "
+                                      "that is scored")
     joint_state_rate_hz: float = param(500.0, "sim_node: joint_states rate in sim time (Hz), "
                                        "at most the 500 Hz physics rate", low=1.0, high=500.0)
     command_timeout_s: float = param(0.1, "sim_node: sim time after the last valid arm command "

@@ -139,7 +139,8 @@ def test_readme_instruction_makes_the_simulated_arm_lift_the_red_cube(
         ros, ros2_env, ros2_command, readme_instruction):
     """The README's path: grasp.launch.py (sim, paced to 0.3x real time on sim time, as
     scripts/demo.sh), then the README's `ros2 topic pub --once` command verbatim; the sim
-    scores the object the words name and the shipped policy lifts it."""
+    scores the object the words name and the shipped policy lifts it; `ros2 topic echo`
+    shows the score and a reset keeps the instruction."""
     episodes, policy = [], {}
     ros.node.create_subscription(String, "sim/episode",
                                  lambda m: episodes.append(json.loads(m.data)), LATCHED)
@@ -152,7 +153,7 @@ def test_readme_instruction_makes_the_simulated_arm_lift_the_red_cube(
     ros.node.create_subscription(DiagnosticArray, "/diagnostics", on_diagnostics,
                                  QoSProfile(depth=20))
     launch = _launch(ros2_command, ros2_env, "grasp.launch.py", "use_sim_time:=true",
-                     "real_time_factor:=0.3", "device:=cpu")
+                     "real_time_factor:=0.3")
     ros.spin_until(lambda: policy.get("state") == "active" and episodes, 180.0,
                    lambda: f"policy_node active, sim/episode: {policy} {episodes}\n"
                            f"{launch.log()[-4000:]}")
@@ -166,6 +167,18 @@ def test_readme_instruction_makes_the_simulated_arm_lift_the_red_cube(
     final = episodes[-1]
     assert final["target"] == "red_cube" and final["instruction"] == "pick up the red cube"
     assert final["status"] == "success", (final, launch.log()[-4000:])
+    # The README's next two commands: the score as JSON, a reset keeping the instruction.
+    try:
+        echo = _shell("ros2 topic echo --once /sim/episode", ros2_env)
+        assert '"status": "success"' in echo.stdout, echo.stdout + echo.stderr
+        reset = _shell("ros2 service call /sim_node/reset std_srvs/srv/Trigger", ros2_env)
+        assert "success=True" in reset.stdout and "pick up the red cube" in reset.stdout, \
+            reset.stdout + reset.stderr
+    finally:
+        _shell("ros2 daemon stop", ros2_env)
+    ros.spin_until(lambda: episodes[-1]["episode"] == final["episode"] + 1, 30.0,
+                   lambda: f"the next episode: {episodes[-2:]}")
+    assert episodes[-1]["target"] == "red_cube" and episodes[-1]["status"] == "running"
     # The chunk rate (and its "below rate_hz" WARN) is per sim second: at 0.3x real time
     # about 3 times the wall rate.
     assert float(policy["chunk_rate_hz"]) > 2.0 * float(policy["chunk_rate_wall_hz"]) > 0, \
