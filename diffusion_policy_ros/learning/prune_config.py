@@ -22,6 +22,12 @@ class PruneConfig:
                                low=1, high=10_000_000)
     teacher_lr: float = param(5.0e-4, "Stage teacher: AdamW peak learning rate", low=1e-8,
                               high=1.0)
+    selection: str = param(
+        "gates", "Stage prune: which blocks stay: gates (learnt, LightDP) | importance (the "
+        "SVD-importance initialisation alone, no gate training) | immediate_loss (every N:M "
+        "mask tried on the full teacher without retraining, the lowest DDPM loss on training "
+        "conditions kept); the last two are baselines for the learnt gates",
+        choices=("gates", "importance", "immediate_loss"))
     gate_steps: int = param(
         800, "Stage prune: steps of joint gate + weight training under Gumbel N:M masks",
         low=1, high=10_000_000)
@@ -51,7 +57,8 @@ class PruneConfig:
     val_fraction: float = param(0.05, "Share of episodes held out when the conditions are not "
                                 "cached yet", low=0.0, high=0.5)
     val_every: int = param(500, "Steps between validation figures", low=1, high=10_000_000)
-    val_samples: int = param(512, "Held-out samples per validation", low=1, high=100_000)
+    val_samples: int = param(512, "Held-out samples per validation, evenly spaced over the "
+                             "held-out episodes", low=1, high=100_000)
     log_every: int = param(50, "Steps between JSONL log lines", low=1, high=1_000_000)
     encode_batch_size: int = param(64, "Samples per encoder batch when precomputing the "
                                    "conditions", low=1, high=4096)
