@@ -105,7 +105,8 @@ def _distill(args: argparse.Namespace) -> int:
     from diffusion_policy_ros.learning.distill_config import load_distill_config
     from diffusion_policy_ros.policy.checkpoint import CheckpointError
 
-    overrides = {"steps": args.steps, "batch_size": args.batch_size,
+    overrides = {"steps": args.steps, "batch_size": args.batch_size, "lr": args.lr,
+                 "init_student": args.init_student, "anchor_weight": args.anchor_weight,
                  "sampling_steps": args.sampling_steps, "max_minutes": args.max_minutes,
                  "device": args.device, "num_threads": args.threads}
     try:
@@ -321,6 +322,11 @@ def build_parser() -> argparse.ArgumentParser:
     distill.add_argument("--distill-config", help="settings (default config/distill.yaml)")
     distill.add_argument("--steps", type=int)
     distill.add_argument("--batch-size", type=int)
+    distill.add_argument("--lr", type=float, help="peak learning rate of the student")
+    distill.add_argument("--anchor-weight", type=float,
+                         help="weight of the first-step anchor to the teacher's DDIM chunk")
+    distill.add_argument("--init-student", metavar="CHECKPOINT",
+                         help="continue from an earlier student of the same teacher")
     distill.add_argument("--sampling-steps", type=int,
                          help="the student's default consistency steps (1, 2, 4)")
     distill.add_argument("--max-minutes", type=float)

@@ -42,9 +42,10 @@ from diffusion_policy_ros.sim.sim_config import SimConfig
 PACKAGE = "diffusion_policy_ros"
 #: Launch arguments that set a sim_node / policy_node parameter of the same name.
 SIM_ARGUMENTS = ("real_time_factor", "seed", "time_limit_s")
-POLICY_ARGUMENTS = ("device", "precision", "num_inference_steps", "num_samples", "num_threads")
+POLICY_ARGUMENTS = ("device", "precision", "backend", "onnx_dir", "num_inference_steps",
+                    "num_samples", "num_threads")
 #: Launch defaults that differ from the parameter files.
-POLICY_DEFAULTS = {"device": "auto", "num_inference_steps": "10"}
+POLICY_DEFAULTS = {"device": "auto"}
 
 
 def _installed(package: str) -> bool:

@@ -102,6 +102,21 @@ def precompute_conditions(policy: DiffusionPolicy, dataset: EpisodeDataset, batc
     return ConditionSet(torch.cat(conds), torch.cat(cleans), torch.cat(states))
 
 
+@torch.no_grad()
+def teacher_chunks(teacher: DiffusionPolicy, conds: torch.Tensor, seed: int,
+                   batch_size: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
+    """(noise, the teacher's DDIM chunk from that noise), one seeded noise per condition,
+    normalised units: the anchor of the student's first sampling step."""
+    g = torch.Generator(device=conds.device).manual_seed(seed)
+    noises, chunks = [], []
+    for i in range(0, conds.shape[0], batch_size):
+        cond = conds[i:i + batch_size]
+        noise = teacher.initial_noise(cond.shape[0], generator=g, device=cond.device)
+        noises.append(noise[0])
+        chunks.append(teacher.denoise(cond, noise))
+    return torch.cat(noises), torch.cat(chunks)
+
+
 class ConsistencyDistiller:
     """Student, EMA target and frozen teacher denoisers with the consistency loss."""
 
@@ -127,6 +142,16 @@ class ConsistencyDistiller:
             target = s.consistency(self.target(x_now, t_now, cond).float(), x_now, t_now)
         prediction = s.consistency(self.student(x_next, t_next, cond).float(), x_next, t_next)
         return F.mse_loss(prediction, target)
+
+    def anchor_loss(self, cond: torch.Tensor, noise: torch.Tensor,
+                    teacher_chunk: torch.Tensor) -> torch.Tensor:
+        """MSE between the student's one-step chunk from pure noise at the grid's top (what
+        sampling evaluates first) and the teacher's DDIM chunk from the same noise."""
+        s = self.schedule
+        top = torch.full((noise.shape[0],), int(s.grid[-1]), dtype=torch.long,
+                         device=noise.device)
+        prediction = s.consistency(self.student(noise, top, cond).float(), noise, top)
+        return F.mse_loss(prediction, teacher_chunk)
 
     @torch.no_grad()
     def update_target(self, rate: float) -> None:
@@ -214,9 +239,27 @@ def distill(teacher_dir: str | Path, data_dirs: Sequence[str | Path], config: Di
     val_set = ConditionSet(*(t.to(device) for t in (val_set.cond, val_set.clean,
                                                     val_set.state)))
     val_set = val_set.subset(torch.arange(min(len(val_set), config.val_samples)))
+    anchors = None
+    if config.anchor_weight > 0:
+        cache = out / f"teacher_chunks_{fingerprint}_{config.seed}.safetensors"
+        if cache.exists():
+            tensors = load_file(str(cache))
+            anchors = (tensors["noise"], tensors["chunk"])
+        else:
+            anchors = teacher_chunks(teacher, train_set.cond, config.seed)
+            save_file({"noise": anchors[0].contiguous(), "chunk": anchors[1].contiguous()},
+                      str(cache))
+        anchors = tuple(a.to(device) for a in anchors)
 
     student = DiffusionPolicy(student_config(teacher.config, config))
     student.load_state_dict(teacher.state_dict())
+    if config.init_student:
+        earlier, earlier_meta = load_checkpoint(config.init_student)
+        earlier_teacher = earlier_meta.get("extra", {}).get("distill", {}).get(
+            "teacher_weights_sha256")
+        if earlier_teacher != teacher_meta.get("weights_sha256"):
+            raise ValueError(f"{config.init_student} was not distilled from {teacher_dir}")
+        student.denoiser.load_state_dict(earlier.denoiser.state_dict())
     student.to(device)
     distiller = ConsistencyDistiller(teacher.denoiser, student.denoiser,
                                      student.consistency_schedule.to(device))
@@ -245,13 +288,30 @@ def distill(teacher_dir: str | Path, data_dirs: Sequence[str | Path], config: Di
 
     start = time.monotonic()
     initial = validation(0)
-    losses = []
+    losses: list[float] = []
+
+    def save(steps_done: int, figures: dict, final: bool) -> Path:
+        """The target network as a checkpoint (also at every validation, so a long run can
+        be evaluated while it goes on)."""
+        extra = {"final": final, "distill": {
+            "teacher": str(Path(teacher_dir).resolve()),
+            "teacher_weights_sha256": teacher_meta.get("weights_sha256"),
+            "config": dataclasses.asdict(config), "steps_done": steps_done,
+            "train_samples": len(train_set), "loss_first_50": float(np.mean(losses[:50])),
+            "loss_last_50": float(np.mean(losses[-50:])), "val_before": initial,
+            "val_after": figures, "wall_s": time.monotonic() - start}}
+        return save_checkpoint(evaluated, out / "checkpoint", dataset_id=dataset_id,
+                               dataset_hash=fingerprint, extra=extra)
+
     bar = tqdm(range(config.steps), desc="distill", unit="step", disable=not progress)
     step = 0
     for step in bar:
         index = torch.randint(0, len(train_set), (config.batch_size,), generator=generator,
                               device=device)
         loss = distiller.loss(train_set.cond[index], train_set.clean[index], generator)
+        if anchors is not None:
+            loss = loss + config.anchor_weight * distiller.anchor_loss(
+                train_set.cond[index], anchors[0][index], anchors[1][index])
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if config.grad_clip_norm > 0:
@@ -269,17 +329,7 @@ def distill(teacher_dir: str | Path, data_dirs: Sequence[str | Path], config: Di
             log(record)
             bar.set_postfix(loss=f"{record['loss']:.4f}")
         if (step + 1) % config.val_every == 0 and step + 1 < config.steps:
-            validation(step + 1)
+            save(step + 1, validation(step + 1), final=False)
         if config.max_minutes and time.monotonic() - start > 60 * config.max_minutes:
             break
-    final = validation(step + 1)
-    extra = {"distill": {"teacher": str(Path(teacher_dir).resolve()),
-                         "teacher_weights_sha256": teacher_meta.get("weights_sha256"),
-                         "config": dataclasses.asdict(config), "steps_done": step + 1,
-                         "train_samples": len(train_set),
-                         "loss_first_50": float(np.mean(losses[:50])),
-                         "loss_last_50": float(np.mean(losses[-50:])),
-                         "val_before": initial, "val_after": final,
-                         "wall_s": time.monotonic() - start}}
-    return save_checkpoint(evaluated, out / "checkpoint", dataset_id=dataset_id,
-                           dataset_hash=fingerprint, extra=extra)
+    return save(step + 1, validation(step + 1), final=True)

@@ -34,6 +34,13 @@ class DistillConfig:
     num_samples: int = param(
         0, "Chunks per observation (medoid) the student samples by default; 0 = the "
         "teacher's", low=0, high=64)
+    anchor_weight: float = param(
+        0.0, "Weight of the anchor term: the student's first sampling step (pure noise at "
+        "the grid's top) against the teacher's DDIM chunk from the same noise, one seeded "
+        "noise per training condition (0 = the consistency loss alone)", low=0.0, high=1e3)
+    init_student: str = param(
+        "", "Start the student (and its target network) from this earlier dpr distill "
+        "checkpoint of the same teacher to continue distilling; '' = from the teacher")
     val_fraction: float = param(0.05, "Share of episodes held out for the validation figures",
                                 low=0.0, high=0.5)
     val_every: int = param(500, "Steps between validation figures", low=1, high=10_000_000)

@@ -77,6 +77,7 @@ from diffusion_policy_ros.policy.language import normalize_instruction
 from diffusion_policy_ros.policy.node_config import PolicyNodeConfig
 from diffusion_policy_ros.policy.observation_history import ObservationHistory, Refusal
 from diffusion_policy_ros.policy.runner import PolicyRunner
+from diffusion_policy_ros.policy.runtime_backends import BackendError
 from diffusion_policy_ros.ros.conversions import (
     ns_to_stamp,
     raw_image,
@@ -89,7 +90,7 @@ from diffusion_policy_ros.ros.params import declare_config
 
 #: Runner stages reported on /diagnostics (``PolicyRunner.last_timings_ms`` keys).
 STAGES = ("language", "rgb_encoder", "point_encoder", "grounding", "tool_target",
-          "proprio_encoder", "fusion", "denoiser_step")
+          "frame_encoder", "proprio_encoder", "fusion", "denoiser_step", "sampler")
 _SUCCESS, _FAILURE = TransitionCallbackReturn.SUCCESS, TransitionCallbackReturn.FAILURE
 NO_INSTRUCTION = ("no instruction yet: publish one on 'instruction' (std_msgs/String), e.g. "
                   "ros2 topic pub --once /instruction std_msgs/msg/String "
@@ -200,8 +201,9 @@ class PolicyNode(LifecycleNode):
                 cfg.checkpoint, joint_names=self.joint_names, device=cfg.device,
                 precision=cfg.precision, num_inference_steps=cfg.num_inference_steps or None,
                 num_samples=cfg.num_samples or None,
-                num_threads=cfg.num_threads or None)
-        except (CheckpointError, DeviceUnavailableError) as exc:
+                num_threads=cfg.num_threads or None, backend=cfg.backend,
+                onnx_dir=cfg.onnx_dir or None)
+        except (CheckpointError, DeviceUnavailableError, BackendError, ValueError) as exc:
             return self._fail(f"{type(exc).__name__}: {exc}")
         except Exception as exc:  # noqa: BLE001 - configure must fail, never crash the node
             return self._fail(f"cannot load checkpoint '{cfg.checkpoint}' on device "
@@ -229,8 +231,9 @@ class PolicyNode(LifecycleNode):
         self._state = "inactive"
         steps = runner.num_inference_steps
         self.get_logger().info(
-            f"configured: {cfg.checkpoint} on {runner.device} ({cfg.precision}), To "
-            f"{c.n_obs_steps} x {c.action_dt_s:g} s, T {c.horizon}, {steps} DDIM steps; loaded "
+            f"configured: {cfg.checkpoint} on {runner.device} ({cfg.precision}, "
+            f"{runner.backend.name}), To {c.n_obs_steps} x {c.action_dt_s:g} s, T {c.horizon}, "
+            f"{steps} {c.sampler} steps x K {runner.num_samples}; loaded "
             f"in {load_ms:.0f} ms, warm-up chunks {', '.join(f'{w:.0f}' for w in warmup)} ms")
         return _SUCCESS
 

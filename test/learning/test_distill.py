@@ -1,8 +1,10 @@
 """dpr distill: consistency distillation of a tiny checkpoint on two recorded demos."""
 
+import dataclasses
 import json
 
 import numpy as np
+import pytest
 import torch
 
 from diffusion_policy_ros.learning.distill import ConditionSet, ConsistencyDistiller, distill
@@ -20,8 +22,8 @@ def test_shipped_settings_load():
 def test_distillation_loss_falls_and_the_student_samples_in_one_step(tiny_checkpoint,
                                                                       tiny_demos, tmp_path):
     config = DistillConfig(steps=120, batch_size=32, lr=1e-3, warmup_steps=5, log_every=20,
-                           val_every=1000, val_samples=32, val_fraction=0.5, num_threads=2,
-                           device="cpu", sampling_steps=1)
+                           val_every=1000, val_samples=32, val_fraction=0.5, num_threads=1,
+                           device="cpu", sampling_steps=1, anchor_weight=1.0)
     ckpt = distill(tiny_checkpoint, [tiny_demos], config, tmp_path / "run", progress=False)
     log = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
     losses = [r["loss"] for r in log if "loss" in r]
@@ -36,8 +38,20 @@ def test_distillation_loss_falls_and_the_student_samples_in_one_step(tiny_checkp
         if not name.startswith("denoiser."):
             assert torch.equal(value, student.state_dict()[name]), name
     assert meta["extra"]["distill"]["steps_done"] == 120
-    # The teacher's conditions are cached for a rerun on the same data.
+    # The teacher's conditions and anchor chunks are cached for a rerun on the same data.
     assert len(list((tmp_path / "run").glob("conditions_*.safetensors"))) == 2
+    assert len(list((tmp_path / "run").glob("teacher_chunks_*.safetensors"))) == 1
+    # A second run continues from this student; a checkpoint not distilled from this
+    # teacher is refused, and so is a student as the teacher.
+    more = dataclasses.replace(config, steps=2, init_student=str(ckpt))
+    again = distill(tiny_checkpoint, [tiny_demos], more, tmp_path / "run2", progress=False)
+    assert load_checkpoint(again)[1]["extra"]["distill"]["steps_done"] == 2
+    with pytest.raises(ValueError, match="was not distilled from"):
+        distill(tiny_checkpoint, [tiny_demos],
+                dataclasses.replace(config, init_student=str(tiny_checkpoint)),
+                tmp_path / "run3", progress=False)
+    with pytest.raises(ValueError, match="already a consistency student"):
+        distill(ckpt, [tiny_demos], config, tmp_path / "run4", progress=False)
 
     runner = PolicyRunner(student, device="cpu")
     rng = np.random.default_rng(0)

@@ -313,22 +313,48 @@ def corrupt_checkpoint(assets, tmp_path):
     return copy
 
 
+@pytest.fixture(scope="module")
+def exported(assets, tmp_path_factory):
+    """The tiny checkpoint's ONNX graphs (dpr export), and a copy claiming other weights."""
+    pytest.importorskip("onnxruntime")
+    from diffusion_policy_ros.policy.checkpoint import load_checkpoint
+    from diffusion_policy_ros.policy.export import MANIFEST, export_onnx
+
+    policy, meta = load_checkpoint(assets[0])
+    good = tmp_path_factory.mktemp("onnx")
+    export_onnx(policy, good, meta["weights_sha256"])
+    other = tmp_path_factory.mktemp("onnx_other")
+    shutil.copytree(good, other, dirs_exist_ok=True)
+    manifest = (other / MANIFEST).read_text().replace(meta["weights_sha256"], "0" * 64)
+    (other / MANIFEST).write_text(manifest)
+    return good, other
+
+
 @pytest.mark.parametrize("case, overrides, expected", [
     ("empty", {"checkpoint": ""}, "parameter 'checkpoint' is empty"),
     ("corrupt", {}, "CheckpointCorruptError"),
     ("mismatch", {"joint_names": ["a1", "a2", "a3", "a4", "a5", "a6"]},
      "CheckpointMismatchError"),
     ("npu", {"device": "npu"}, "torch_npu"),
+    ("onnx_missing", {"backend": "onnxruntime"}, "export the checkpoint first"),
+    ("onnx_other_weights", {"backend": "onnxruntime"}, "exported from other weights"),
+    ("onnx_other_steps", {"backend": "onnxruntime", "num_inference_steps": 5},
+     "exported with num_inference_steps"),
+    ("onnx_on_cuda", {"backend": "onnxruntime", "device": "cuda"}, ""),
 ])
 def test_configure_failures_return_failure_with_the_reason(ros, assets, corrupt_checkpoint,
-                                                            case, overrides, expected):
+                                                            exported, case, overrides,
+                                                            expected):
     """In process: every configure failure is FAILURE with a message, never an exception."""
     from rclpy.lifecycle import TransitionCallbackReturn
 
     from diffusion_policy_ros.ros.policy_node import PolicyNode
 
+    onnx_dir = {"onnx_other_weights": exported[1], "onnx_other_steps": exported[0]}.get(case)
     params = {"checkpoint": str(corrupt_checkpoint if case == "corrupt" else assets[0]),
               "num_threads": 0, **overrides}
+    if onnx_dir is not None:
+        params["onnx_dir"] = str(onnx_dir)
     node = PolicyNode(context=ros.context, parameter_overrides=[
         Parameter(k, value=v) for k, v in params.items()])
     try:
@@ -337,3 +363,21 @@ def test_configure_failures_return_failure_with_the_reason(ros, assets, corrupt_
         assert node.runner is None
     finally:
         node.destroy_node()
+
+
+def test_the_onnxruntime_backend_acts(ros, start_node, assets, exported):
+    """backend: onnxruntime runs the exported graphs: chunks of the contract's layout."""
+    checkpoint, episode = assets
+    node = start_node(MODULE, [*PARAMS, "-p", f"checkpoint:={checkpoint}",
+                               "-p", "backend:=onnxruntime", "-p", f"onnx_dir:={exported[0]}",
+                               "-p", "autostart:=true"])
+    h = PolicyHarness(ros, episode)
+    h.instruct("pick up the red cube")
+    ros.spin_until(lambda: len(h.chunks) >= 5, 30.0,
+                   lambda: f"chunks from onnxruntime: {h.diagnostics()}\n{node.log()}")
+    for _, msg in h.chunks[-3:]:
+        check_chunk(h, msg)
+    assert "onnxruntime)" in node.log()
+    ros.spin_until(lambda: h.value("frame_encoder_ms_p50") is not None, 5.0,
+                   lambda: f"frame encoder stage on diagnostics: {h.diagnostics()}")
+    assert node.alive(), node.log()
