@@ -58,7 +58,7 @@ def probe(checkpoint: str, data: str, episodes: int = 20, val_fraction: float = 
         truth = grasp_state(ep)[:6]
         truths.append(truth)
         with torch.no_grad():
-            cond, centre = policy.encode_with_target(runner._batch(history,
+            cond, centre = policy.encode_with_target(runner.observation_batch(history,
                                                         runner.language.embed(ep.instruction)))
             head = policy.grasp_head(cond) if policy.grasp_head is not None else None
         if head is not None:

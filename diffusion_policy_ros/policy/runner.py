@@ -25,7 +25,7 @@ from diffusion_policy_ros.policy.devices import (
     device_synchronizer,
     resolve_device,
 )
-from diffusion_policy_ros.policy.features import POINTS_XYZ
+from diffusion_policy_ros.policy.features import IMAGE, LANGUAGE, POINTS_RGB, POINTS_XYZ, STATE
 from diffusion_policy_ros.policy.frame_cache import FrameFeatureCache
 from diffusion_policy_ros.policy.language import LanguageEmbedder
 from diffusion_policy_ros.policy.modeling_diffusion import DiffusionPolicy
@@ -126,6 +126,17 @@ class PolicyRunner:
                 if np.shape(obs[key]) != shape:
                     raise ValueError(f"observation {i} '{key}' has shape {np.shape(obs[key])}, "
                                      f"expected {shape}")
+
+    def observation_batch(self, observations: Sequence[Observation],
+                          embedding: np.ndarray) -> dict[str, torch.Tensor]:
+        """The To observations + instruction embedding as a batch of one
+        (``policy.features`` keys), for callers of the model's own methods."""
+        self._check(observations)
+        return {IMAGE: self._stack(observations, "image", np.uint8).permute(0, 1, 4, 2, 3),
+                POINTS_XYZ: self._stack(observations, "points", np.float32),
+                POINTS_RGB: self._stack(observations, "point_colors", np.uint8),
+                STATE: self._stack(observations, "joint_positions", np.float32),
+                LANGUAGE: torch.from_numpy(embedding)[None].to(self.device)}
 
     def _stack(self, observations: Sequence[Observation], key: str,
                dtype: np.dtype) -> torch.Tensor:
