@@ -160,6 +160,60 @@ class ConsistencyDistiller:
             p_target.lerp_(p_student.detach(), 1.0 - rate)
 
 
+def cached_anchors(teacher: DiffusionPolicy, train_set: ConditionSet, config: DistillConfig,
+                   out: Path, fingerprint: str,
+                   device: torch.device) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``teacher_chunks`` for the anchor term, cached in ``out`` per data and seed; None
+    when ``anchor_weight`` is 0."""
+    if config.anchor_weight <= 0:
+        return None
+    cache = out / f"teacher_chunks_{fingerprint}_{config.seed}.safetensors"
+    if cache.exists():
+        tensors = load_file(str(cache))
+        anchors = (tensors["noise"], tensors["chunk"])
+    else:
+        anchors = teacher_chunks(teacher, train_set.cond, config.seed)
+        save_file({"noise": anchors[0].contiguous(), "chunk": anchors[1].contiguous()},
+                  str(cache))
+    return anchors[0].to(device), anchors[1].to(device)
+
+
+def student_optimizer(distiller: ConsistencyDistiller, config: DistillConfig):
+    """AdamW on the student denoiser with a linear warm-up (constant after it)."""
+    distiller.student.train()
+    optimizer = torch.optim.AdamW(distiller.student.parameters(), lr=config.lr,
+                                  weight_decay=config.weight_decay)
+    warmup = max(1, config.warmup_steps)
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: min(1.0, (s + 1) / warmup))
+
+
+def distillation_step(distiller: ConsistencyDistiller, optimizer, schedule,
+                      train_set: ConditionSet,
+                      anchors: tuple[torch.Tensor, torch.Tensor] | None,
+                      config: DistillConfig, step: int,
+                      generator: torch.Generator) -> tuple[float, float]:
+    """One optimiser step on a random batch (consistency loss + the anchor term when
+    given), then the target network's EMA update at the rate ramped linearly from
+    ``target_ema_start`` to ``target_ema_end``; returns (loss, rate)."""
+    index = torch.randint(0, len(train_set), (config.batch_size,), generator=generator,
+                          device=train_set.cond.device)
+    loss = distiller.loss(train_set.cond[index], train_set.clean[index], generator)
+    if anchors is not None:
+        loss = loss + config.anchor_weight * distiller.anchor_loss(
+            train_set.cond[index], anchors[0][index], anchors[1][index])
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if config.grad_clip_norm > 0:
+        torch.nn.utils.clip_grad_norm_(distiller.student.parameters(), config.grad_clip_norm)
+    optimizer.step()
+    schedule.step()
+    rate = config.target_ema_start + (config.target_ema_end - config.target_ema_start) \
+        * step / max(1, config.steps - 1)
+    distiller.update_target(rate)
+    return loss.item(), rate
+
+
 @torch.no_grad()
 def chunk_agreement(student: DiffusionPolicy, teacher: DiffusionPolicy, conds: ConditionSet,
                     steps: Sequence[int], seed: int = 0) -> dict[str, float]:
@@ -239,17 +293,7 @@ def distill(teacher_dir: str | Path, data_dirs: Sequence[str | Path], config: Di
     val_set = ConditionSet(*(t.to(device) for t in (val_set.cond, val_set.clean,
                                                     val_set.state)))
     val_set = val_set.subset(torch.arange(min(len(val_set), config.val_samples)))
-    anchors = None
-    if config.anchor_weight > 0:
-        cache = out / f"teacher_chunks_{fingerprint}_{config.seed}.safetensors"
-        if cache.exists():
-            tensors = load_file(str(cache))
-            anchors = (tensors["noise"], tensors["chunk"])
-        else:
-            anchors = teacher_chunks(teacher, train_set.cond, config.seed)
-            save_file({"noise": anchors[0].contiguous(), "chunk": anchors[1].contiguous()},
-                      str(cache))
-        anchors = tuple(a.to(device) for a in anchors)
+    anchors = cached_anchors(teacher, train_set, config, out, fingerprint, device)
 
     student = DiffusionPolicy(student_config(teacher.config, config))
     student.load_state_dict(teacher.state_dict())
@@ -263,11 +307,7 @@ def distill(teacher_dir: str | Path, data_dirs: Sequence[str | Path], config: Di
     student.to(device)
     distiller = ConsistencyDistiller(teacher.denoiser, student.denoiser,
                                      student.consistency_schedule.to(device))
-    student.denoiser.train()
-    optimizer = torch.optim.AdamW(student.denoiser.parameters(), lr=config.lr,
-                                  weight_decay=config.weight_decay)
-    warmup = max(1, config.warmup_steps)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warmup))
+    optimizer, schedule = student_optimizer(distiller, config)
     generator = torch.Generator(device=device).manual_seed(config.seed)
 
     def log(record: dict) -> None:
@@ -306,22 +346,9 @@ def distill(teacher_dir: str | Path, data_dirs: Sequence[str | Path], config: Di
     bar = tqdm(range(config.steps), desc="distill", unit="step", disable=not progress)
     step = 0
     for step in bar:
-        index = torch.randint(0, len(train_set), (config.batch_size,), generator=generator,
-                              device=device)
-        loss = distiller.loss(train_set.cond[index], train_set.clean[index], generator)
-        if anchors is not None:
-            loss = loss + config.anchor_weight * distiller.anchor_loss(
-                train_set.cond[index], anchors[0][index], anchors[1][index])
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if config.grad_clip_norm > 0:
-            torch.nn.utils.clip_grad_norm_(student.denoiser.parameters(), config.grad_clip_norm)
-        optimizer.step()
-        schedule.step()
-        rate = config.target_ema_start + (config.target_ema_end - config.target_ema_start) \
-            * step / max(1, config.steps - 1)
-        distiller.update_target(rate)
-        losses.append(float(loss))
+        loss, rate = distillation_step(distiller, optimizer, schedule, train_set, anchors,
+                                       config, step, generator)
+        losses.append(loss)
         if (step + 1) % config.log_every == 0:
             record = {"step": step + 1, "loss": float(np.mean(losses[-config.log_every:])),
                       "target_ema": rate, "lr": schedule.get_last_lr()[0],

@@ -37,16 +37,17 @@ import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812
 from diffusers.training_utils import EMAModel
-from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
 from diffusion_policy_ros.learning import distill as distill_module
 from diffusion_policy_ros.learning.distill import (
     ConditionSet,
     ConsistencyDistiller,
+    cached_anchors,
     chunk_agreement,
+    distillation_step,
     student_config,
-    teacher_chunks,
+    student_optimizer,
 )
 from diffusion_policy_ros.learning.distill_config import DistillConfig
 from diffusion_policy_ros.learning.prune_config import PruneConfig
@@ -505,23 +506,6 @@ def _train_gates(gated: GatedDiT, student: DiffusionPolicy, teacher: DiffusionPo
             "keep_probabilities": gated.keep_probabilities().tolist()}
 
 
-def _anchors(teacher: DiffusionPolicy, train: ConditionSet, dc: DistillConfig, out: Path,
-             fingerprint: str, device: torch.device) -> tuple[torch.Tensor, ...] | None:
-    """The full teacher's DDIM chunks for ``dpr distill``'s anchor term (cached in ``out``,
-    as that command caches them), or None when ``anchor_weight`` is 0."""
-    if dc.anchor_weight <= 0:
-        return None
-    cache = out / f"teacher_chunks_{fingerprint}_{dc.seed}.safetensors"
-    if cache.exists():
-        tensors = load_file(str(cache))
-        anchors = (tensors["noise"], tensors["chunk"])
-    else:
-        anchors = teacher_chunks(teacher, train.cond, dc.seed)
-        save_file({"noise": anchors[0].contiguous(), "chunk": anchors[1].contiguous()},
-                  str(cache))
-    return tuple(a.to(device) for a in anchors)
-
-
 def distill_pruned(teacher_dir: str | Path, student_dir: str | Path,
                    data_dirs: Sequence[str | Path], config: PruneConfig,
                    distill_config: DistillConfig, out: str | Path,
@@ -544,7 +528,7 @@ def distill_pruned(teacher_dir: str | Path, student_dir: str | Path,
                          f"--student {student_dir}")
     train, val, dataset_id, fingerprint = _conditions(
         teacher, data_dirs, config, Path(conditions_dir or out), device, progress)
-    anchors = _anchors(teacher, train, distill_config, out, fingerprint, device)
+    anchors = cached_anchors(teacher, train, distill_config, out, fingerprint, device)
     student = DiffusionPolicy(student_config(pruned.config, distill_config))
     student.load_state_dict(pruned.state_dict())
     student.to(device)
@@ -561,11 +545,7 @@ def distill_pruned(teacher_dir: str | Path, student_dir: str | Path,
         return figures
 
     dc = distill_config
-    student.denoiser.train()
-    optimizer = torch.optim.AdamW(student.denoiser.parameters(), lr=dc.lr,
-                                  weight_decay=dc.weight_decay)
-    warmup = max(1, dc.warmup_steps)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warmup))
+    optimizer, schedule = student_optimizer(distiller, dc)
     generator = torch.Generator(device=device).manual_seed(dc.seed)
     initial = validation(0)
     start = time.monotonic()
@@ -573,22 +553,9 @@ def distill_pruned(teacher_dir: str | Path, student_dir: str | Path,
     step = 0
     bar = tqdm(range(dc.steps), desc="distill", unit="step", disable=not progress)
     for step in bar:
-        index = torch.randint(0, len(train), (dc.batch_size,), generator=generator,
-                              device=device)
-        loss = distiller.loss(train.cond[index], train.clean[index], generator)
-        if anchors is not None:
-            loss = loss + dc.anchor_weight * distiller.anchor_loss(
-                train.cond[index], anchors[0][index], anchors[1][index])
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if dc.grad_clip_norm > 0:
-            torch.nn.utils.clip_grad_norm_(student.denoiser.parameters(), dc.grad_clip_norm)
-        optimizer.step()
-        schedule.step()
-        rate = dc.target_ema_start + (dc.target_ema_end - dc.target_ema_start) \
-            * step / max(1, dc.steps - 1)
-        distiller.update_target(rate)
-        losses.append(loss.item())
+        loss, rate = distillation_step(distiller, optimizer, schedule, train, anchors, dc, step,
+                                       generator)
+        losses.append(loss)
         if (step + 1) % dc.log_every == 0:
             record = {"phase": "distill", "step": step + 1,
                       "loss": float(np.mean(losses[-dc.log_every:])), "target_ema": rate,
