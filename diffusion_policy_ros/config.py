@@ -183,6 +183,16 @@ def _flatten(prefix: str, tree: dict[str, Any]) -> dict[str, Any]:
     return flat
 
 
+def read_field_mapping(path: str | Path, cls: type) -> dict[str, Any]:
+    """A plain YAML mapping of ``cls``'s fields (an offline tool's settings file, not a
+    ROS parameter file); an empty file is an empty mapping."""
+    with open(path, encoding="utf-8") as fh:
+        values = yaml.safe_load(fh) or {}
+    if not isinstance(values, dict):
+        raise ConfigError(f"{path}: expected a mapping of {cls.__name__} fields")
+    return values
+
+
 def load_node_params(path: str | Path, node_name: str) -> dict[str, Any]:
     """The flat ``ros__parameters`` of ``node_name`` in a ROS params file.
 

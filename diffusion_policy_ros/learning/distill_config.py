@@ -5,9 +5,12 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-import yaml
-
-from diffusion_policy_ros.config import CONFIG_DIR, ConfigError, config_from_params, param
+from diffusion_policy_ros.config import (
+    CONFIG_DIR,
+    config_from_params,
+    param,
+    read_field_mapping,
+)
 
 
 @dataclasses.dataclass
@@ -58,9 +61,6 @@ class DistillConfig:
 
 def load_distill_config(path: str | Path = CONFIG_DIR / "distill.yaml",
                         overrides: dict | None = None) -> DistillConfig:
-    with open(path, encoding="utf-8") as fh:
-        values = yaml.safe_load(fh) or {}
-    if not isinstance(values, dict):
-        raise ConfigError(f"{path}: expected a mapping of DistillConfig fields")
+    values = read_field_mapping(path, DistillConfig)
     values.update({k: v for k, v in (overrides or {}).items() if v is not None})
     return config_from_params(DistillConfig, values)

@@ -5,9 +5,13 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-import yaml
-
-from diffusion_policy_ros.config import CONFIG_DIR, ConfigError, config_from_params, param
+from diffusion_policy_ros.config import (
+    CONFIG_DIR,
+    ConfigError,
+    config_from_params,
+    param,
+    read_field_mapping,
+)
 from diffusion_policy_ros.policy.pruning import NMPattern
 
 
@@ -79,10 +83,7 @@ class PruneConfig:
 
 def load_prune_config(path: str | Path = CONFIG_DIR / "prune.yaml",
                       overrides: dict | None = None) -> PruneConfig:
-    with open(path, encoding="utf-8") as fh:
-        values = yaml.safe_load(fh) or {}
-    if not isinstance(values, dict):
-        raise ConfigError(f"{path}: expected a mapping of PruneConfig fields")
+    values = read_field_mapping(path, PruneConfig)
     if isinstance(values.get("pattern"), int):
         raise ConfigError(f"{path}: write the N:M pattern in quotes, e.g. pattern: \"3:4\" "
                           f"(YAML reads an unquoted N:M as a base-60 number, here "

@@ -5,9 +5,12 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-import yaml
-
-from diffusion_policy_ros.config import CONFIG_DIR, ConfigError, config_from_params, param
+from diffusion_policy_ros.config import (
+    CONFIG_DIR,
+    config_from_params,
+    param,
+    read_field_mapping,
+)
 
 
 @dataclasses.dataclass
@@ -59,8 +62,5 @@ class TrainConfig:
 
 
 def load_train_config(path: str | Path = CONFIG_DIR / "train.yaml") -> TrainConfig:
-    with open(path, encoding="utf-8") as fh:
-        values = yaml.safe_load(fh) or {}
-    if not isinstance(values, dict):
-        raise ConfigError(f"{path}: expected a mapping of TrainConfig fields")
+    values = read_field_mapping(path, TrainConfig)
     return config_from_params(TrainConfig, values)
