@@ -107,6 +107,7 @@ def _distill(args: argparse.Namespace) -> int:
 
     overrides = {"steps": args.steps, "batch_size": args.batch_size, "lr": args.lr,
                  "init_student": args.init_student, "anchor_weight": args.anchor_weight,
+                 "student_prediction_type": args.student_prediction,
                  "sampling_steps": args.sampling_steps, "max_minutes": args.max_minutes,
                  "device": args.device, "num_threads": args.threads}
     try:
@@ -325,6 +326,8 @@ def build_parser() -> argparse.ArgumentParser:
     distill.add_argument("--lr", type=float, help="peak learning rate of the student")
     distill.add_argument("--anchor-weight", type=float,
                          help="weight of the first-step anchor to the teacher's DDIM chunk")
+    distill.add_argument("--student-prediction", choices=("sample", "epsilon"),
+                         help="what the student's denoiser outputs (default: the settings')")
     distill.add_argument("--init-student", metavar="CHECKPOINT",
                          help="continue from an earlier student of the same teacher")
     distill.add_argument("--sampling-steps", type=int,

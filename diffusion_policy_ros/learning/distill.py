@@ -121,11 +121,15 @@ class ConsistencyDistiller:
     """Student, EMA target and frozen teacher denoisers with the consistency loss."""
 
     def __init__(self, teacher: torch.nn.Module, student: torch.nn.Module,
-                 schedule: ConsistencySchedule):
+                 schedule: ConsistencySchedule,
+                 teacher_schedule: ConsistencySchedule | None = None):
+        """``schedule`` reads the student's outputs, ``teacher_schedule`` (default: the
+        same) the teacher's, for a student that predicts another quantity."""
         self.teacher = teacher.eval().requires_grad_(False)
         self.student = student
         self.target = copy.deepcopy(student).eval().requires_grad_(False)
         self.schedule = schedule
+        self.teacher_schedule = teacher_schedule or schedule
 
     def loss(self, cond: torch.Tensor, clean: torch.Tensor,
              generator: torch.Generator | None = None) -> torch.Tensor:
@@ -137,8 +141,8 @@ class ConsistencyDistiller:
         noise = torch.randn(clean.shape, generator=generator, device=clean.device)
         x_next = s.add_noise(clean, noise, t_next)
         with torch.no_grad():
-            x_now = s.ddim_step(self.teacher(x_next, t_next, cond).float(), x_next, t_next,
-                                t_now)
+            x_now = self.teacher_schedule.ddim_step(self.teacher(x_next, t_next, cond).float(),
+                                                    x_next, t_next, t_now)
             target = s.consistency(self.target(x_now, t_now, cond).float(), x_now, t_now)
         prediction = s.consistency(self.student(x_next, t_next, cond).float(), x_next, t_next)
         return F.mse_loss(prediction, target)
@@ -238,7 +242,8 @@ def chunk_agreement(student: DiffusionPolicy, teacher: DiffusionPolicy, conds: C
 def student_config(teacher_config, config: DistillConfig):
     values = policy_config_to_dict(teacher_config)
     values.update(sampler="consistency", consistency_skip=config.consistency_skip,
-                  num_inference_steps=config.sampling_steps)
+                  num_inference_steps=config.sampling_steps,
+                  prediction_type=config.student_prediction_type)
     if config.num_samples:
         values["num_samples"] = config.num_samples
     return policy_config_from_dict(values)
@@ -303,10 +308,14 @@ def distill(teacher_dir: str | Path, data_dirs: Sequence[str | Path], config: Di
             "teacher_weights_sha256")
         if earlier_teacher != teacher_meta.get("weights_sha256"):
             raise ValueError(f"{config.init_student} was not distilled from {teacher_dir}")
+        if earlier.config.prediction_type != student.config.prediction_type:
+            raise ValueError(f"{config.init_student} predicts {earlier.config.prediction_type}"
+                             f", this run's student {student.config.prediction_type}")
         student.denoiser.load_state_dict(earlier.denoiser.state_dict())
     student.to(device)
     distiller = ConsistencyDistiller(teacher.denoiser, student.denoiser,
-                                     student.consistency_schedule.to(device))
+                                     student.consistency_schedule.to(device),
+                                     teacher.consistency_schedule.to(device))
     optimizer, schedule = student_optimizer(distiller, config)
     generator = torch.Generator(device=device).manual_seed(config.seed)
 

@@ -37,6 +37,11 @@ class DistillConfig:
     num_samples: int = param(
         0, "Chunks per observation (medoid) the student samples by default; 0 = the "
         "teacher's", low=0, high=64)
+    student_prediction_type: str = param(
+        "sample", "What the student's denoiser outputs: sample = the clean chunk (x0) "
+        "directly; epsilon = the noise, as the teacher (its clean estimate at the grid's "
+        "top divides the noise error by sqrt(alpha_bar), which a one-step student cannot "
+        "afford)", choices=("sample", "epsilon"))
     anchor_weight: float = param(
         0.0, "Weight of the anchor term: the student's first sampling step (pure noise at "
         "the grid's top) against the teacher's DDIM chunk from the same noise, one seeded "

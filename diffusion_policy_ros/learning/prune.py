@@ -533,7 +533,8 @@ def distill_pruned(teacher_dir: str | Path, student_dir: str | Path,
     student.load_state_dict(pruned.state_dict())
     student.to(device)
     distiller = ConsistencyDistiller(teacher.denoiser, student.denoiser,
-                                     student.consistency_schedule.to(device))
+                                     student.consistency_schedule.to(device),
+                                     teacher.consistency_schedule.to(device))
     evaluated = _copy(student).eval()
     evaluated.denoiser = distiller.target
     log = _Log(out / "log.jsonl")

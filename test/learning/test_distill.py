@@ -33,6 +33,9 @@ def test_distillation_loss_falls_and_the_student_samples_in_one_step(tiny_checkp
     student, meta = load_checkpoint(ckpt)
     teacher, _ = load_checkpoint(tiny_checkpoint)
     assert student.config.sampler == "consistency" and student.config.num_inference_steps == 1
+    # The student outputs the clean chunk; the teacher keeps predicting the noise.
+    assert (student.config.prediction_type, teacher.config.prediction_type) == ("sample",
+                                                                                "epsilon")
     # Only the denoiser was distilled: encoders, fusion and normaliser are the teacher's.
     for name, value in teacher.state_dict().items():
         if not name.startswith("denoiser."):
@@ -50,6 +53,10 @@ def test_distillation_loss_falls_and_the_student_samples_in_one_step(tiny_checkp
         distill(tiny_checkpoint, [tiny_demos],
                 dataclasses.replace(config, init_student=str(tiny_checkpoint)),
                 tmp_path / "run3", progress=False)
+    with pytest.raises(ValueError, match="predicts sample, this run's student epsilon"):
+        distill(tiny_checkpoint, [tiny_demos],
+                dataclasses.replace(more, student_prediction_type="epsilon"),
+                tmp_path / "run2", progress=False)
     with pytest.raises(ValueError, match="already a consistency student"):
         distill(ckpt, [tiny_demos], config, tmp_path / "run4", progress=False)
 

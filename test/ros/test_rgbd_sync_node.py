@@ -119,12 +119,15 @@ def test_sync_node_pairs_kinect_stream_and_survives_bad_input(ros, sync_node):
     # Reliable keep-last-5 queues may still lose a frame when both processes share two
     # busy cores; the pairing logic itself is covered exactly by the unit tests.
     ros.wait_for(lambda: expected <= set(clouds), 10.0)
-    measured = {s for s in clouds if s > t_warm}
+    # Image and cloud of a pair travel as two messages: either may be the one lost.
+    cloud_stamps = {s for s in clouds if s > t_warm}
+    image_stamps = {s for s in images if s > t_warm}
+    measured = cloud_stamps & image_stamps
     missing = sorted(stamps.index(s) for s in expected - measured)
     allowed = set(expected)
-    if stamps[16] not in measured:  # frame 16 lost in transport: reordered 15 is then on time
+    if stamps[16] not in cloud_stamps | image_stamps:  # 16 lost: reordered 15 is on time
         allowed.add(stamps[15])
-    assert measured <= allowed and {s for s in images if s > t_warm} == measured
+    assert cloud_stamps <= allowed and image_stamps <= allowed
     # A stall of one subscription longer than max_age_s also drops pairs, by design and
     # counted (drops_late, drops_unmatched_depth): those may account for a few more.
     diag = latest_diagnostics()
