@@ -41,6 +41,8 @@ class BenchRow:
     steps: int | None = None
     samples: int | None = None
     backend: str = "torch"
+    precision: str = "fp32"
+    """fp32 | bf16 | fp16 (torch autocast; the ONNX graphs are fp32)."""
     reference: bool = False
     evals: dict = dataclasses.field(default_factory=dict)
     """{task | switch | depth_noise | wrong: dpr eval --report JSON}."""
@@ -81,7 +83,7 @@ def measure(rows: Sequence[BenchRow], chunks: int = 50, threads: Sequence[int] =
             runner = PolicyRunner.from_checkpoint(
                 _resolve(row.checkpoint), device="cpu", language=language,
                 num_inference_steps=row.steps, num_samples=row.samples, num_threads=n,
-                backend=row.backend)
+                backend=row.backend, precision=row.precision)
             runner.warmup(INSTRUCTION)
             runners[(row.label, n)] = runner
     first = next(iter(runners.values()))
@@ -105,7 +107,8 @@ def measure(rows: Sequence[BenchRow], chunks: int = 50, threads: Sequence[int] =
             runner = runners[(row.label, n)]
             ms = 1e3 * np.asarray(durations[(row.label, n)])
             results.append({
-                "label": row.label, "backend": row.backend, "threads": n,
+                "label": row.label, "backend": row.backend, "precision": row.precision,
+                "threads": n,
                 "sampler": runner.config.sampler, "steps": runner.num_inference_steps,
                 "samples": runner.num_samples, "reference": row.reference,
                 "parameters": runner.policy.parameter_counts()["total"],
@@ -135,7 +138,7 @@ def format_table(results: list[dict], machine: str) -> str:
              "lifted in process (`dpr eval`), task = seeds 5000-5099, switch = 5000-5039 "
              "(instruction changed after 1 s), depth noise = 5000-5049 with the Kinect's "
              "time-of-flight noise, wrong = lifted another object (task run).", "",
-             "| configuration | backend | params (denoiser) | sampler x steps | K | 1 thread "
+             "| configuration | backend, precision | params (denoiser) | sampler x steps | K | 1 thread "
              "ms | speed-up | 2 threads ms | speed-up | task | wrong | switch | depth "
              "noise |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -152,7 +155,8 @@ def format_table(results: list[dict], machine: str) -> str:
 
         name = f"**{label}** (reference)" if r["reference"] else label
         lines.append(
-            f"| {name} | {r['backend']} | {r['parameters'] / 1e6:.2f} M "
+            f"| {name} | {r['backend']}, {r.get('precision', 'fp32')} | "
+            f"{r['parameters'] / 1e6:.2f} M "
             f"({r['denoiser_parameters'] / 1e6:.2f} M) | {r['sampler']} x {r['steps']} | "
             f"{r['samples']} | {cell(1)} | {cell(2)} | {_rate(r['evals'], 'task')} | "
             f"{_rate(r['evals'], 'task', wrong=True)} | {_rate(r['evals'], 'switch')} | "

@@ -1,0 +1,44 @@
+"""dpr bench lightdp: rows from YAML, one interleaved measurement, the table's columns."""
+
+import json
+
+import pytest
+
+from diffusion_policy_ros.policy.bench_lightdp import (
+    BenchRow,
+    format_table,
+    load_rows,
+    measure,
+)
+
+
+def test_the_shipped_rows_have_one_reference_and_the_seed_documents_rows():
+    rows = load_rows()
+    assert sum(r.reference for r in rows) == 1
+    labels = " ".join(r.label for r in rows)
+    for needed in ("DDIM-100", "consistency 1 step", "consistency 2 steps",
+                   "consistency 4 steps", "8->6", "8->4", "ONNX Runtime", "bf16"):
+        assert needed in labels, needed
+
+
+def test_a_rows_file_without_exactly_one_reference_is_refused(tmp_path):
+    path = tmp_path / "rows.yaml"
+    path.write_text("rows:\n  - {label: a, checkpoint: x}\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="exactly one row must be the reference"):
+        load_rows(path)
+
+
+def test_measure_and_format_a_table_with_eval_reports(tiny_checkpoint, tmp_path):
+    report = tmp_path / "task.json"
+    report.write_text(json.dumps({"summary": {"episodes": 10, "success_rate": 0.9,
+                                              "wrong_object_rate": 0.0}}), encoding="utf-8")
+    rows = [BenchRow("ref", str(tiny_checkpoint), steps=4, samples=2, reference=True),
+            BenchRow("fast", str(tiny_checkpoint), steps=1, samples=1, precision="bf16",
+                     evals={"task": str(report)})]
+    results = measure(rows, chunks=3, threads=(1,), progress=False)
+    assert [(r["label"], r["chunks"]) for r in results] == [("ref", 3), ("fast", 3)]
+    assert results[0]["speedup"] == pytest.approx(1.0)
+    table = format_table(results, "test machine")
+    assert "| **ref** (reference) | torch, fp32 |" in table
+    fast = next(line for line in table.splitlines() if line.startswith("| fast"))
+    assert "torch, bf16" in fast and "| 9/10 | 0.00 |" in fast
