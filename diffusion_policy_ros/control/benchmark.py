@@ -5,12 +5,11 @@ every 100 ms, so cross-fades are nearly always in progress) with an ideal
 plant and reports the median and 99th percentile of the tick call alone.
 ``submit_chunk`` (10 Hz, builds splines) is timed separately.
 
-The hot path uses plain Python floats and lists: measured on this machine, one
-6-joint ``ReferenceLimiter.step`` takes ~4 us with floats against ~19 us
-written with small numpy arrays (per-call overhead dominates at this size),
-and the PD law ~1.5 us against ~3 us. A whole tick: median ~9 us (latest) to
-~21 us (ensemble/crossfade, fades nearly always running), p99 ~40 us, against
-the 200 us budget; ``submit_chunk`` ~0.15-0.3 ms median at 10 Hz.
+The hot path uses plain Python floats and lists: measured, a 6-joint
+``ReferenceLimiter.step`` and the PD law are several times faster with floats
+than written with small numpy arrays (per-call overhead dominates at this
+size). A whole tick stays well inside the 200 us budget (figures: docs/benchmarks.md,
+``dpr bench tick`` and "Measurements behind the code's design").
 """
 
 from __future__ import annotations

@@ -21,33 +21,24 @@ strategy:
 ``latest_uncompensated`` is a baseline, not a strategy: latest-only with each
 chunk executed from its first point at arrival (no latency compensation).
 
-Measured (``python -m diffusion_policy_ros.control.blending``: mean of seeds
-0-4, defaults: window 0.3 s, ensemble decay 10/s, acceleration limit 10 rad/s^2;
-errors in rad, jerk in rad/s^3; "change" = first second after a sudden
-0.15 rad change of plan at t = 6 s, excluded from the steady columns):
-
-=====================  ======  ======  ======  =============  ========  =======
-strategy               RMS     max     RMS     peak jerk at   RMS jerk  limiter
-                       error   error   change  chunk switch             active
-=====================  ======  ======  ======  =============  ========  =======
-ensemble (default)     0.0076  0.0270  0.0210  113            40        0.4 %
-crossfade              0.0091  0.0361  0.0158  218            110       2.7 %
-latest                 0.0109  0.0423  0.0141  4764           747       76 %
-latest_uncompensated   0.0441  0.1373  0.0483  4220           807       93 %
-=====================  ======  ======  ======  =============  ========  =======
+``python -m diffusion_policy_ros.control.blending`` (mean of seeds 0-4, the
+defaults; "change" = the first second after the sudden change of plan, excluded
+from the steady columns) prints these per strategy; the measured table is in
+docs/benchmarks.md (``dpr bench blending`` and "Measurements behind the code's
+design").
 
 Rule (``choose_strategy``): lowest steady RMS error among the strategies with
-no acceleration steps at chunk switches (peak jerk there <= 1000 rad/s^3).
+no acceleration steps at chunk switches (peak jerk there <= ``SWITCH_JERK_BUDGET``).
 ``ensemble`` wins on every seed 0-7: averaging the disagreeing chunks cuts
-the steady error by 17 % against ``crossfade`` and 30 % against ``latest``,
-which follow each chunk's own wobble, and the limiter almost never acts.
-``latest`` re-plans from the reference state at every chunk over 50-150 ms
-and keeps running into the acceleration limit (bang-bang jerk). The price
-of ensembling is lag when the plan really changes (RMS error 0.021 rad vs
-0.014 for ``latest`` in the second after the change); raise
-``ensemble_decay_per_s`` or pick ``crossfade``/``latest`` where reaction
-matters more than smoothness. Without latency compensation
-(chunks executed from their first point on arrival) the error is 4x larger.
+the steady error against ``crossfade`` and ``latest``, which follow each
+chunk's own wobble, and the limiter almost never acts. ``latest`` re-plans
+from the reference state at every late chunk and keeps running into the
+acceleration limit (bang-bang jerk). The price of ensembling is lag when the
+plan really changes (a larger RMS error than ``latest`` in the second after
+the change); raise ``ensemble_decay_per_s`` or pick ``crossfade``/``latest``
+where reaction matters more than smoothness. Without latency compensation
+(chunks executed from their first point on arrival) the error is several
+times larger.
 """
 
 from __future__ import annotations

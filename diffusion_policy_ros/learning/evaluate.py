@@ -17,8 +17,8 @@ Initial noise (``noise``): ``stream`` (default) draws new noise for every chunk
 from a generator seeded by the episode seed, so an episode is reproducible and, as
 with ``policy_node``'s fresh noise, a hover cannot become a fixed point of
 sampling; ``fixed`` starts every chunk from the same seeded noise (the earlier
-default: 0.85 on the plain task where the stream gives 0.91, same weights and seeds,
-README); ``fresh`` draws unseeded noise.
+default, which succeeded less often on the plain task than the stream with the same
+weights and seeds: docs/training.md, "Shipped policy"); ``fresh`` draws unseeded noise.
 
 ``media_dir``: per episode a GIF of the camera view with the end-effector
 path of each chunk drawn in (forward kinematics of its joint positions) and a

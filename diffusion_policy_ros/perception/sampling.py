@@ -4,7 +4,8 @@
 voxel centroid: it is cheaper and never puts
 "ghost" points between a foreground edge and the background behind it.
 ``farthest_point_indices`` uses open3d's C++ farthest-point sampler (a numpy
-loop over 1024 picks costs ~40 ms at a few thousand points; open3d ~1-5 ms).
+loop over 1024 picks is an order of magnitude slower at a few thousand points;
+figures in docs/benchmarks.md, "Measurements behind the code's design").
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ class VoxelGrid:
 
     Keeps one measured point per occupied voxel of edge ``voxel_size_m``.
     A dense grid over the (small, fixed) workspace replaces the sort that
-    ``np.unique`` needs: ~0.5 ms instead of ~3.5 ms for 30k points.
+    ``np.unique`` needs, several times faster at tens of thousands of points.
     Points must lie inside ``[min_xyz, max_xyz]`` (crop first).
     """
 
@@ -99,7 +100,7 @@ def fixed_count_indices(points: np.ndarray, count: int, sampler: str = "fps",
     More points than ``count``: subsample with ``sampler``. FPS costs
     O(points x count), so with ``voxel_size_m`` given and more than
     ``2 * count`` points they are first thinned to about ``2 * count`` on a
-    coarser voxel grid (5.5 -> 1.6 ms at 6k points). Fewer points than
+    coarser voxel grid (``dpr bench perception``, "table included"). Fewer points than
     ``count``: every point once, then repeated cyclically from the first
     (deterministic), so the output shape is fixed and the padding reported.
     """

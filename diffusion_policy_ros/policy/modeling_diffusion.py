@@ -16,9 +16,9 @@ the normalised chunk back to joint units. With ``relative_actions`` the
 denoiser models the chunk minus the newest measured joint state, which is
 added back here: replanning at 10 Hz executes mostly a chunk's first points,
 and an absolute chunk's first point carries the network's whole fit error
-(held-out demonstration frames: 0.02-0.03 rad median on joints 1-2, where the
-demonstrations have 0) as a command offset. Call ``eval()`` first: in training
-mode the RGB encoder crops at random.
+(measured on held-out demonstration frames, where the demonstrations have none;
+docs/benchmarks.md, "Measurements behind the code's design") as a command
+offset. Call ``eval()`` first: in training mode the RGB encoder crops at random.
 
 Prediction type: epsilon, the choice of Chi et al.'s released U-Net and
 transformer policies, which train with this same 100-step squared-cosine DDPM
@@ -327,7 +327,7 @@ class DiffusionPolicy(nn.Module):
         With ``num_samples`` K > 1 K chunks are drawn per observation in one batch and
         the medoid is returned: the sample with the least summed L1 distance (normalised
         units) to the others. Single draws scatter, and a persistent noise seed turns a
-        stray draw into a bias that lasts the episode (README, "Shipped policy"). The
+        stray draw into a bias that lasts the episode (docs/training.md, "Why 8 samples"). The
         medoid stays a real sample, so it never blends two modes (a grasp yaw 90 degrees
         apart) as a mean or median would.
         """

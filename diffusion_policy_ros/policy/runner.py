@@ -59,11 +59,11 @@ class PolicyRunner:
     """Runs a ``DiffusionPolicy`` on ``device`` (auto | cpu | cuda | npu) at ``precision``.
 
     ``num_threads`` sets torch's intra-op threads for the whole process (None:
-    leave as is). Measured on the 2-core machine: a DDIM-10 chunk takes ~35 ms
-    with two threads and ~43 ms with one while the machine is idle, but with
-    two threads steps stall for tens to hundreds of ms whenever another
-    process (the 500 Hz tracker, a camera node) holds a core; one thread
-    degrades gracefully.
+    leave as is). Measured on the 2-core machine: two threads make a DDIM-10
+    chunk only a little faster than one while the machine is idle, but with two
+    threads steps stall whenever another process (the 500 Hz tracker, a camera
+    node) holds a core; one thread degrades gracefully (figures in
+    docs/benchmarks.md, "Measurements behind the code's design").
     """
 
     def __init__(self, policy: DiffusionPolicy, *, device: str = "auto",
@@ -151,7 +151,7 @@ class PolicyRunner:
         New noise per chunk matters in closed loop: with the same noise every chunk,
         sampling is a deterministic function of the observation, so a state where the
         policy commands "stay" (e.g. hovering over the object) returns the same chunk
-        forever (README, "Shipped policy")."""
+        forever (docs/training.md, "Why new noise for every chunk")."""
         return torch.Generator(device=self.device).manual_seed(seed)
 
     def predict(self, observations: Sequence[Observation], instruction: str,

@@ -8,14 +8,16 @@ block starts close to unconditioned (Chi et al. use ``scale`` directly).
 Every level above the bottleneck sends a skip to its mirror on the way up,
 full resolution included (Chi et al.'s ConditionalUnet1D computes the full-resolution skip
 but never uses it, so fine temporal detail, which epsilon prediction needs,
-must squeeze through the half-resolution path: on 4 memorised chunks a tiny
-U-Net of that shape cut the loss 3x in 300 steps, this one 17x).
+must squeeze through the half-resolution path: on a few memorised chunks a tiny
+U-Net of that shape cut the loss far less than this one did in as many steps;
+figures in docs/benchmarks.md, "Measurements behind the code's design").
 Upsampling is nearest-neighbour x2 followed by a convolution.
 
 Convolutions run as unfold + matmul (``TemporalConv1d``): at batch 1 and
 sequence lengths 4-16, torch 2.13's CPU ``conv1d`` takes its slow im2col path,
-measured ~276 us for a 256->256 k=5 conv at length 4 against ~61 us for the
-same product as one ``linear`` (~4x on the deep levels, the bulk of a step).
+measured several times slower than the same product as one ``linear`` on the
+deep levels, the bulk of a step (figures in docs/benchmarks.md, "Measurements
+behind the code's design").
 """
 
 from __future__ import annotations

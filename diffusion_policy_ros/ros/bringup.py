@@ -16,14 +16,15 @@ Deviation from the contract (ARCHITECTURE.md: "composes the same nodes ... in
 one process (a multi-threaded executor)"), measured on the 2-core machine this
 suite targets: rclpy's ``MultiThreadedExecutor`` is a Python dispatch loop
 that competes for the GIL and busy-waits on busy callback groups.
-``policy_node`` spun in it reached 1.7-5.5 chunks/s at ~80% of a core,
-against 10 chunks/s at 22% of a core with its own inference thread under a
-single-threaded executor; the sync demo under a ``MultiThreadedExecutor``
-delivered 11 of 150 frames. And nodes composed into one Python process share
+``policy_node`` spun in it fell far short of its chunk rate at several times
+the CPU it needs with its own inference thread under a single-threaded
+executor, and the sync demo under a ``MultiThreadedExecutor`` delivered only a
+small share of its frames (figures in docs/benchmarks.md, "Measurements behind
+the code's design"). And nodes composed into one Python process share
 one GIL whatever the executor: the 500 Hz tracker, the 30 Hz renderer and the
 policy would stall each other. Separate processes (what ``ros2 launch`` does)
-keep each node's measured rate; the cost is a few hundred MB of memory per
-interpreter and 0.25-3 s of DDS discovery at start-up.
+keep each node's measured rate; the cost is one interpreter's memory per node
+and the DDS discovery time at start-up.
 
 Without ``--episodes`` the graph runs until Ctrl-C / SIGTERM, printing a
 status line every 10 s. With ``--episodes N`` (simulation only) this process

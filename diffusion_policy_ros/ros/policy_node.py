@@ -38,12 +38,13 @@ and diagnostics keep running while the policy computes, under the
 single-threaded executor of ``ros2 run`` as under a bring-up's
 multi-threaded one. A tick that finds the previous chunk still computing is
 counted (``overrun_ticks``) and coalesced. A new instruction is embedded on
-the worker too (~80 ms on a cache miss), before the next chunk. Measured on
-the 2-core machine (tiny policy, replayed 30 Hz stream, a training job
-sharing the CPU): this node used 22% of a core at 10.0 chunks/s, while
-spinning it in rclpy's MultiThreadedExecutor with one callback group per role
-used 77-86% and reached only 3-5 chunks/s (its Python dispatch loop
-competes for the GIL and busy-waits on busy groups). Lifecycle transitions
+the worker too (a cache miss runs the sentence encoder), before the next
+chunk. Measured on the 2-core machine, this node keeps its chunk rate on a
+fraction of a core, while spinning it in rclpy's MultiThreadedExecutor with one
+callback group per role took several times the CPU and fell far short of the
+rate (its Python dispatch loop competes for the GIL and busy-waits on busy
+groups; figures in docs/benchmarks.md, "Measurements behind the code's
+design"). Lifecycle transitions
 run on the executor thread: configure (load + warm-up, seconds) holds
 incoming messages in their queues meanwhile. The observation history and
 the language cache are thread-safe; everything else the worker reads is

@@ -2,7 +2,7 @@
 
 In-process ``dpr eval`` (the same perception, policy and tracker code as the nodes)
 on held-out seeds (the demonstrations used 1000-2199, 40000-40799 and 61000-62299).
-The policy succeeds in 92 of the 100 episodes 5000-5099 (README "Shipped policy";
+The policy succeeds in 92 of the 100 episodes 5000-5099 (docs/training.md "Shipped policy";
 medoid of 8 sampled chunks, new noise per chunk seeded per episode), in 39 of 40
 switched-instruction episodes 5000-5039, lifts the named other object in 20 of 20
 wrong-instruction episodes 5000-5019 and, with the Kinect depth noise on, succeeds in
@@ -61,7 +61,7 @@ def test_follows_the_words_not_a_prior_with_a_wrong_instruction():
 
 def test_drops_the_first_instruction_for_a_new_one():
     """Another object named first, the episode's own 1 s later: the new target is lifted
-    (seeds 5014-5016 all succeeded in the 40-episode run, README)."""
+    (seeds 5014-5016 all succeeded in the 40-episode run, docs/training.md)."""
     outcomes = _run("switch", 3, 5014)
     assert sum(o.success for o in outcomes) >= 2, outcomes
     assert all(o.wrong_object is None for o in outcomes), outcomes
