@@ -4,15 +4,19 @@ The policy uses it to express where the grounded target is relative to the tool
 (``policy/tool_target.py``). The chain's constants are buffers, so a checkpoint
 carries the kinematics of the arm it was trained for; they come from the arm
 model (``sim.ik.tool_chain``) when training starts, like the normaliser's
-statistics come from the data.
+statistics come from the data. On the robot the chain comes from the URDF
+(``urdf_chain``), so the nodes need neither MuJoCo nor the simulator.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import xml.etree.ElementTree as ET
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import numpy as np
 import torch
+import transforms3d
 from torch import nn
 
 CHAIN_KEYS = ("origin_rotation", "origin_position_m", "joint_position_m", "joint_axis",
@@ -53,18 +57,24 @@ class SerialChainKinematics(nn.Module):
         if missing:
             raise ValueError(f"kinematic chain lacks {missing}")
         for key in CHAIN_KEYS:
-            value = torch.as_tensor(np.asarray(chain[key]), dtype=torch.float32)
+            value = torch.as_tensor(np.asarray(chain[key]), dtype=getattr(self, key).dtype)
             if value.shape != getattr(self, key).shape:
                 raise ValueError(f"kinematic chain '{key}' has shape {tuple(value.shape)}, "
                                  f"expected {tuple(getattr(self, key).shape)}")
             getattr(self, key).copy_(value)
 
-    def forward(self, q_rad: torch.Tensor) -> torch.Tensor:
+    def pose(self, q_rad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(..., J) joint angles -> tool position (..., 3) and rotation (..., 3, 3).
+
+        Computed in the buffers' dtype: ``.double()`` gives float64 for markers and
+        checks, the float32 default is what the policy trains with.
+        """
         if not self.is_set:
             raise RuntimeError("the policy's arm kinematics were never set (set_chain)")
-        q = q_rad[..., :self.n_joints].float()
-        rotation = torch.eye(3, device=q.device).expand(*q.shape[:-1], 3, 3)
-        position = torch.zeros(*q.shape[:-1], 3, device=q.device)
+        dtype, device = self.joint_axis.dtype, self.joint_axis.device
+        q = q_rad[..., :self.n_joints].to(dtype)
+        rotation = torch.eye(3, dtype=dtype, device=device).expand(*q.shape[:-1], 3, 3)
+        position = torch.zeros(*q.shape[:-1], 3, dtype=dtype, device=device)
         for j in range(self.n_joints):
             position = position + rotation @ self.origin_position_m[j]
             rotation = rotation @ self.origin_rotation[j]
@@ -72,4 +82,77 @@ class SerialChainKinematics(nn.Module):
             anchor = self.joint_position_m[j]
             position = position + (rotation @ (anchor - hinge @ anchor)[..., None])[..., 0]
             rotation = rotation @ hinge
-        return position + rotation @ self.tool_position_m
+        return position + rotation @ self.tool_position_m, rotation @ self.tool_rotation
+
+    def forward(self, q_rad: torch.Tensor) -> torch.Tensor:
+        return self.pose(q_rad)[0]
+
+    @torch.no_grad()
+    def tool_positions(self, q_rad: np.ndarray) -> np.ndarray:
+        """``forward`` with numpy in and out, for callers that hold no tensors (markers)."""
+        return self.pose(torch.as_tensor(np.asarray(q_rad)))[0].cpu().numpy()
+
+
+def _floats(text: str | None) -> np.ndarray:
+    """A URDF triple; absent means zeros, as the URDF spec has it for origins."""
+    return np.array([float(v) for v in text.split()]) if text else np.zeros(3)
+
+
+def _origin(joint: ET.Element) -> np.ndarray:
+    """4x4 transform of a URDF joint's ``<origin xyz rpy>`` (rpy: fixed-axis x, y, z)."""
+    transform = np.eye(4)
+    origin = joint.find("origin")
+    if origin is not None:
+        transform[:3, :3] = transforms3d.euler.euler2mat(*_floats(origin.get("rpy")), "sxyz")
+        transform[:3, 3] = _floats(origin.get("xyz"))
+    return transform
+
+
+def urdf_chain(urdf: str | Path, joint_names: Sequence[str],
+               tip_link: str) -> dict[str, np.ndarray]:
+    """The serial chain root link -> ``joint_names`` (revolute, in order) -> ``tip_link``
+    of a URDF file, as the arrays ``SerialChainKinematics.set_chain`` takes.
+
+    Fixed joints on the way fold into the neighbouring constants; any other movable
+    joint between the root and the tip is an error, since the chain could not hold it.
+    """
+    root = ET.parse(urdf).getroot()
+    by_child = {j.find("child").get("link"): j for j in root.findall("joint")}
+    if tip_link not in {link.get("name") for link in root.findall("link")}:
+        raise ValueError(f"the URDF has no link '{tip_link}'")
+    path, link = [], tip_link
+    while link in by_child:
+        path.append(by_child[link])
+        link = by_child[link].find("parent").get("link")
+    movable = [j.get("name") for j in reversed(path) if j.get("type") != "fixed"]
+    if movable != list(joint_names):
+        raise ValueError(f"the URDF's movable joints from '{link}' to '{tip_link}' are "
+                         f"{movable}, expected {list(joint_names)}")
+    rotations, positions, axes = [], [], []
+    transform = np.eye(4)
+    for joint in reversed(path):
+        transform = transform @ _origin(joint)
+        kind = joint.get("type")
+        if kind == "fixed":
+            continue
+        if kind not in ("revolute", "continuous"):
+            raise ValueError(f"joint '{joint.get('name')}' is {kind}, not a hinge")
+        axis_elem = joint.find("axis")
+        axis = _floats(axis_elem.get("xyz") if axis_elem is not None else "1 0 0")
+        rotations.append(transform[:3, :3])
+        positions.append(transform[:3, 3])
+        axes.append(axis / np.linalg.norm(axis))
+        transform = np.eye(4)
+    n = len(axes)
+    return {"origin_rotation": np.array(rotations).reshape(n, 3, 3),
+            "origin_position_m": np.array(positions).reshape(n, 3),
+            "joint_position_m": np.zeros((n, 3)), "joint_axis": np.array(axes).reshape(n, 3),
+            "tool_rotation": transform[:3, :3].copy(), "tool_position_m": transform[:3, 3].copy()}
+
+
+def urdf_kinematics(urdf: str | Path, joint_names: Sequence[str],
+                    tip_link: str) -> SerialChainKinematics:
+    """Float64 ``SerialChainKinematics`` of a URDF chain (the robot-side forward kinematics)."""
+    kinematics = SerialChainKinematics(len(joint_names)).double()
+    kinematics.set_chain(urdf_chain(urdf, joint_names, tip_link))
+    return kinematics

@@ -65,10 +65,14 @@ class PolicyNodeConfig:
     seed: int = param(-1, "Seed of the chunks' initial-noise sequence (new noise every chunk, "
                       "the sequence restarts with every instruction: reproducible runs); "
                       "-1 = unseeded", low=-1, high=2**31 - 1)
-    base_frame: str = param("base_link", "Frame of policy/markers (the MuJoCo world frame of "
-                            "the arm model)")
+    base_frame: str = param("base_link", "Frame of policy/markers (the root link of the "
+                            "URDF)")
     publish_markers: bool = param(True, "Publish policy/markers (end-effector path from "
                                   "forward kinematics) when someone subscribes")
+    urdf_file: str = param("", "Robot description whose chain root -> joint_names -> "
+                           "tool_link gives policy/markers' forward kinematics; empty = the "
+                           "packaged arm (description/arm.urdf)")
+    tool_link: str = param("tcp", "URDF link drawn as the end effector in policy/markers")
     diagnostics_period_s: float = param(1.0, "Period of /diagnostics (s)", low=0.05, high=60.0)
 
     @property

@@ -167,7 +167,7 @@ def _robot_description_params(directory: Path) -> Path:
     """A params file with the package's URDF for robot_state_publisher (``--rviz``)."""
     import yaml
 
-    from diffusion_policy_ros.sim.scene import URDF_PATH
+    from diffusion_policy_ros.description import URDF_PATH
 
     path = directory / "robot_state_publisher.yaml"
     doc = {"robot_state_publisher": {"ros__parameters": {

@@ -21,9 +21,10 @@ the simulation's scoring and for operators. A
 ``rate_hz`` timer selects To frames one ``action_dt_s`` apart, runs the policy
 and publishes ``policy/action_chunk`` (``header.stamp`` = the newest
 observation's stamp, point k at k * dt, joint_names + gripper_joint),
-``policy/markers`` (end-effector path from MuJoCo forward kinematics, in
-``base_frame``) and ``/diagnostics``. It refuses to act, says why on
-``/diagnostics`` and in a log throttled per reason, without an instruction,
+``policy/markers`` (end-effector path from the forward kinematics of the URDF,
+``urdf_file`` or the packaged arm, in ``base_frame``; no MuJoCo on the robot)
+and ``/diagnostics``. It refuses to act, says why on ``/diagnostics`` and in a
+log throttled per reason, without an instruction,
 with observations or joint_states older than ``max_obs_age_s``, with NaN/inf
 inputs or outputs. Every instruction message (the same words again too) starts
 a new task: the observation history restarts at the node's clock (inputs
@@ -70,10 +71,12 @@ from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 from visualization_msgs.msg import Marker, MarkerArray
 
+from diffusion_policy_ros.description import URDF_PATH
 from diffusion_policy_ros.monitoring import RateMeter, RollingStats, ThrottledReasons
 from diffusion_policy_ros.perception.image_decoding import FrameRejected, decode_color
 from diffusion_policy_ros.policy.checkpoint import CheckpointError
 from diffusion_policy_ros.policy.devices import DeviceUnavailableError
+from diffusion_policy_ros.policy.kinematics import urdf_kinematics
 from diffusion_policy_ros.policy.language import normalize_instruction
 from diffusion_policy_ros.policy.node_config import PolicyNodeConfig
 from diffusion_policy_ros.policy.observation_history import ObservationHistory, Refusal
@@ -239,14 +242,13 @@ class PolicyNode(LifecycleNode):
         return _SUCCESS
 
     def _load_fk(self):
+        cfg = self.config
         try:
-            from diffusion_policy_ros.sim.ik import TcpIk
-            from diffusion_policy_ros.sim.scene import load_model
-
-            return TcpIk(load_model())
+            return urdf_kinematics(cfg.urdf_file or URDF_PATH, cfg.joint_names, cfg.tool_link)
         except Exception as exc:  # noqa: BLE001 - markers are optional
-            self.get_logger().warning(f"policy/markers disabled: cannot load the arm model for "
-                                      f"forward kinematics ({type(exc).__name__}: {exc})")
+            self.get_logger().warning(f"policy/markers disabled: cannot read the arm's "
+                                      f"kinematics from '{cfg.urdf_file or URDF_PATH}' "
+                                      f"({type(exc).__name__}: {exc})")
             return None
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -456,7 +458,7 @@ class PolicyNode(LifecycleNode):
 
     def _markers(self, chunk: np.ndarray, stamp) -> MarkerArray:
         path = [Point(x=float(p[0]), y=float(p[1]), z=float(p[2]))
-                for p in (self._fk.forward(row[:6])[0] for row in chunk)]
+                for p in self._fk.tool_positions(chunk)]
         header_frame = self.config.base_frame
         lifetime = duration_msg(max(0.5, 3.0 / self.config.rate_hz))
         line = Marker(ns="policy_ee_path", id=0, type=Marker.LINE_STRIP, action=Marker.ADD,

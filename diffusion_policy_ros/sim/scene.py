@@ -29,7 +29,6 @@ from diffusion_policy_ros.sim.layout import sample_object_layout
 
 ASSETS_DIR = Path(__file__).resolve().parent / "assets"
 MJCF_PATH = ASSETS_DIR / "arm.xml"
-URDF_PATH = ASSETS_DIR / "arm.urdf"
 
 ARM_JOINT_NAMES = ("joint_1", "joint_2", "joint_3", "joint_4", "joint_5", "joint_6")
 GRIPPER_JOINT_NAME = "gripper_joint"

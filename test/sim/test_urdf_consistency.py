@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import transforms3d
 
-from diffusion_policy_ros.sim.scene import ARM_JOINT_NAMES, JOINT_NAMES, URDF_PATH
+from diffusion_policy_ros.description import URDF_PATH
+from diffusion_policy_ros.sim.scene import ARM_JOINT_NAMES, JOINT_NAMES
 
 
 def _floats(text: str | None, n: int, default: float = 0.0) -> np.ndarray:
