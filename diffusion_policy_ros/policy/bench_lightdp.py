@@ -138,9 +138,9 @@ def format_table(results: list[dict], machine: str) -> str:
              "lifted in process (`dpr eval`), task = seeds 5000-5099, switch = 5000-5039 "
              "(instruction changed after 1 s), depth noise = 5000-5049 with the Kinect's "
              "time-of-flight noise, wrong = lifted another object (task run).", "",
-             "| configuration | backend, precision | params (denoiser) | sampler x steps | K | 1 thread "
-             "ms | speed-up | 2 threads ms | speed-up | task | wrong | switch | depth "
-             "noise |",
+             "| configuration | backend, precision | params (denoiser) | sampler x steps | K "
+             "| 1 thread ms | speed-up | 2 threads ms | speed-up | task | wrong | switch "
+             "| depth noise |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     by_label: dict[str, dict[int, dict]] = {}
     for r in results:
