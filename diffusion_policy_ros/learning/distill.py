@@ -243,7 +243,8 @@ def student_config(teacher_config, config: DistillConfig):
     values = policy_config_to_dict(teacher_config)
     values.update(sampler="consistency", consistency_skip=config.consistency_skip,
                   num_inference_steps=config.sampling_steps,
-                  prediction_type=config.student_prediction_type)
+                  prediction_type=config.student_prediction_type,
+                  chunk_lowpass_terms=config.chunk_lowpass_terms)
     if config.num_samples:
         values["num_samples"] = config.num_samples
     return policy_config_from_dict(values)

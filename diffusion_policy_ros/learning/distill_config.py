@@ -42,6 +42,9 @@ class DistillConfig:
         "directly; epsilon = the noise, as the teacher (its clean estimate at the grid's "
         "top divides the noise error by sqrt(alpha_bar), which a one-step student cannot "
         "afford)", choices=("sample", "epsilon"))
+    chunk_lowpass_terms: int = param(
+        0, "The student's low-pass of sampled arm paths (cosine terms kept, "
+        "policy/chunk_smoothing.py); 0 = off", low=0, high=1000)
     anchor_weight: float = param(
         0.0, "Weight of the anchor term: the student's first sampling step (pure noise at "
         "the grid's top) against the teacher's DDIM chunk from the same noise, one seeded "

@@ -129,6 +129,10 @@ class DiffusionPolicyConfig:
         1, "Chunks sampled per observation by default (one batch of as many noises); the "
         "medoid is returned (policy/modeling_diffusion.py: it drops the sampler's "
         "outlier draws)", low=1, high=64)
+    chunk_lowpass_terms: int = param(
+        0, "Low-pass of each sampled chunk: keep this many cosine terms of every arm joint's "
+        "path over the horizon (policy/chunk_smoothing.py); the gripper column is left as "
+        "sampled; 0 = off", low=0, high=1000)
     relative_actions: bool = param(
         False, "Predict the chunk as offsets from the newest measured joint state (the "
         "normaliser's action range is then that of the offsets) instead of absolute "
@@ -168,6 +172,9 @@ class DiffusionPolicyConfig:
     def validate(self) -> None:
         if len(set(self.joint_names)) != len(self.joint_names) or not all(self.joint_names):
             raise ValueError(f"joint_names must be distinct non-empty names: {self.joint_names}")
+        if self.chunk_lowpass_terms > self.horizon:
+            raise ValueError(f"chunk_lowpass_terms {self.chunk_lowpass_terms} > horizon "
+                             f"{self.horizon}")
         if self.n_action_steps > self.horizon:
             raise ValueError(f"n_action_steps {self.n_action_steps} > horizon {self.horizon}")
         if any(c > s for c, s in zip(self.image_crop_size, self.image_size, strict=True)):

@@ -131,7 +131,8 @@ def export_onnx(policy: DiffusionPolicy, out_dir: str | Path, weights_sha256: st
             [*chunk_in, *keys], ["chunk"], opset)
     manifest = {
         "format": MANIFEST_FORMAT, "weights_sha256": weights_sha256, "sampler": c.sampler,
-        "num_inference_steps": steps, "num_samples": k, "n_obs_steps": c.n_obs_steps,
+        "num_inference_steps": steps, "num_samples": k,
+        "chunk_lowpass_terms": c.chunk_lowpass_terms, "n_obs_steps": c.n_obs_steps,
         "frame_inputs": {n: list(t.shape) for n, t in frame_in.items()},
         "frame_features": {n: list(t.shape[1:]) for n, t in zip(keys, features, strict=True)},
         "chunk_inputs": {n: list(t.shape) for n, t in chunk_in.items()},

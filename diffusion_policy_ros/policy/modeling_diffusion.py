@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
+from diffusion_policy_ros.policy.chunk_smoothing import lowpass_projection, smooth_arm_paths
 from diffusion_policy_ros.policy.configuration_diffusion import DiffusionPolicyConfig
 from diffusion_policy_ros.policy.consistency import ConsistencySchedule, consistency_sample
 from diffusion_policy_ros.policy.dit import DiffusionTransformer
@@ -144,6 +145,9 @@ class DiffusionPolicy(nn.Module):
         self.training_scheduler = make_training_scheduler(c)
         self.sampling_scheduler = make_sampling_scheduler(c)
         self.consistency_schedule = ConsistencySchedule(c)
+        # Derived from the config, not learnt: not in the state dict.
+        self.register_buffer("chunk_lowpass", lowpass_projection(c.horizon, c.chunk_lowpass_terms)
+                             if c.chunk_lowpass_terms else None, persistent=False)
 
     def parameter_counts(self) -> dict[str, int]:
         parts = ("rgb_encoder", "point_encoder", "grounding", "target_proj", "tool_target",
@@ -334,6 +338,8 @@ class DiffusionPolicy(nn.Module):
         k = num_samples
         samples = self.denoise(cond.repeat_interleave(k, dim=0), noises, num_inference_steps,
                                timer)
+        if self.chunk_lowpass is not None:
+            samples = smooth_arm_paths(samples, self.chunk_lowpass)
         if k > 1:
             samples = samples.unflatten(0, (cond.shape[0], k))
             spread = (samples[:, :, None] - samples[:, None]).abs().sum(dim=(3, 4)).sum(dim=2)

@@ -98,7 +98,8 @@ class PolicyRunner:
                 raise BackendError("backend 'onnxruntime' needs the exported graphs' "
                                    "directory (dpr export)")
             self.backend = OnnxRuntimeBackend(onnx_dir, weights_sha256, self.num_inference_steps,
-                                              self.num_samples, num_threads)
+                                              self.num_samples, num_threads,
+                                              self.config.chunk_lowpass_terms)
         else:
             self.backend = TorchBackend(self.policy)
 

@@ -54,13 +54,15 @@ class OnnxRuntimeBackend:
 
     Refuses (``BackendError``) a missing onnxruntime, missing graphs, graphs exported
     from other weights (the manifest's sha256 against the checkpoint's), or a step
-    count / K other than the graphs were exported with (both are unrolled in them).
+    count / K / chunk low-pass other than the graphs were exported with (all are fixed
+    in them).
     """
 
     name = "onnxruntime"
 
     def __init__(self, onnx_dir: str | Path, weights_sha256: str | None, steps: int,
-                 num_samples: int, num_threads: int | None = None):
+                 num_samples: int, num_threads: int | None = None,
+                 chunk_lowpass_terms: int = 0):
         try:
             import onnxruntime
         except ImportError as exc:
@@ -89,8 +91,9 @@ class OnnxRuntimeBackend:
             raise BackendError(f"{onnx_dir} was exported from other weights (sha256 "
                                f"{str(manifest.get('weights_sha256'))[:12]}..., the checkpoint "
                                f"has {weights_sha256[:12]}...): export this checkpoint again")
-        for name, wanted in (("num_inference_steps", steps), ("num_samples", num_samples)):
-            if manifest.get(name) != wanted:
+        for name, wanted in (("num_inference_steps", steps), ("num_samples", num_samples),
+                             ("chunk_lowpass_terms", chunk_lowpass_terms)):
+            if manifest.get(name, 0) != wanted:
                 raise BackendError(f"{onnx_dir} was exported with {name} "
                                    f"{manifest.get(name)}, asked for {wanted}: export with "
                                    f"dpr export --steps/--samples or use those values")

@@ -23,7 +23,8 @@ def test_distillation_loss_falls_and_the_student_samples_in_one_step(tiny_checkp
                                                                       tiny_demos, tmp_path):
     config = DistillConfig(steps=120, batch_size=32, lr=1e-3, warmup_steps=5, log_every=20,
                            val_every=1000, val_samples=32, val_fraction=0.5, num_threads=1,
-                           device="cpu", sampling_steps=1, anchor_weight=1.0)
+                           device="cpu", sampling_steps=1, anchor_weight=1.0,
+                           chunk_lowpass_terms=3)
     ckpt = distill(tiny_checkpoint, [tiny_demos], config, tmp_path / "run", progress=False)
     log = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
     losses = [r["loss"] for r in log if "loss" in r]
@@ -36,6 +37,7 @@ def test_distillation_loss_falls_and_the_student_samples_in_one_step(tiny_checkp
     # The student outputs the clean chunk; the teacher keeps predicting the noise.
     assert (student.config.prediction_type, teacher.config.prediction_type) == ("sample",
                                                                                 "epsilon")
+    assert (student.config.chunk_lowpass_terms, teacher.config.chunk_lowpass_terms) == (3, 0)
     # Only the denoiser was distilled: encoders, fusion and normaliser are the teacher's.
     for name, value in teacher.state_dict().items():
         if not name.startswith("denoiser."):

@@ -32,8 +32,9 @@ def _histories(policy, count=4):
 
 
 @pytest.mark.parametrize("changes", [dict(num_samples=3),
-                                     dict(sampler="consistency", num_inference_steps=2)],
-                         ids=["ddim_medoid", "consistency_2_step"])
+                                     dict(sampler="consistency", num_inference_steps=2,
+                                          prediction_type="sample", chunk_lowpass_terms=4)],
+                         ids=["ddim_medoid", "consistency_2_step_smoothed"])
 def test_onnxruntime_matches_torch(make_config, language, tmp_path, changes):
     policy = _policy(make_config, **changes)
     manifest = export_onnx(policy, tmp_path, "abc")
@@ -55,6 +56,10 @@ def test_the_backend_refuses_graphs_of_other_weights_or_settings(make_config, la
         PolicyRunner(policy, device="cpu", language=language, backend="onnxruntime",
                      onnx_dir=tmp_path)
     export_onnx(policy, tmp_path, "abc")
+    smoothed = _policy(make_config, chunk_lowpass_terms=4)
+    with pytest.raises(BackendError, match="chunk_lowpass_terms 0, asked for 4"):
+        PolicyRunner(smoothed, device="cpu", language=language, backend="onnxruntime",
+                     onnx_dir=tmp_path, weights_sha256="abc")
     with pytest.raises(BackendError, match="exported from other weights"):
         PolicyRunner(policy, device="cpu", language=language, backend="onnxruntime",
                      onnx_dir=tmp_path, weights_sha256="def")
