@@ -386,7 +386,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     evaluation = sub.add_parser("eval", help="closed-loop policy evaluation in simulation")
     evaluation.add_argument("--checkpoint", default=str(SHIPPED_CHECKPOINT),
-                            help="policy checkpoint directory (default checkpoints/grasp_unet "
+                            help="policy checkpoint directory (default checkpoints/grasp_unet_cd "
                             "in the repository)")
     evaluation.add_argument("--episodes", type=int, default=100)
     evaluation.add_argument("--seed", type=int, default=0, help="seed of the first episode")
@@ -423,7 +423,7 @@ def build_parser() -> argparse.ArgumentParser:
                      "collect or ros2 bag record (raw Kinect topics + joint_states + "
                      "instruction)")
     rep.add_argument("--checkpoint", help="policy checkpoint directory (default "
-                     "checkpoints/grasp_unet in the repository)")
+                     "checkpoints/grasp_unet_cd in the repository)")
     rep.add_argument("--report", help="report directory (default <bag>_replay)")
     rep.add_argument("--force", action="store_true", help="overwrite an existing report")
     rep.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda", "npu"])
@@ -516,15 +516,15 @@ def build_parser() -> argparse.ArgumentParser:
                     help="with --episodes: start each episode with another object's "
                     "instruction and publish the episode's own after S s of sim time")
     up.add_argument("--checkpoint", help="policy checkpoint directory (default "
-                    "checkpoints/grasp_unet in the repository)")
+                    "checkpoints/grasp_unet_cd in the repository)")
     up.add_argument("--seed", type=int, help="seed of the first measured episode (>= 1; "
                     "default: sim.yaml's seed + 1)")
     up.add_argument("--out", help="write bringup_summary.json and the node logs (logs/) here")
     up.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "npu"],
                     help="policy device (default auto, as grasp.launch.py)")
-    up.add_argument("--num-inference-steps", type=int, default=10,
-                    help="DDIM steps per chunk (default 10 as grasp.launch.py; 0 = the "
-                    "checkpoint's)")
+    up.add_argument("--num-inference-steps", type=int, default=0,
+                    help="denoiser calls per chunk (DDIM steps, or consistency steps; default "
+                    "0 = the checkpoint's, as grasp.launch.py)")
     up.add_argument("--namespace", default="", help="put every node (and this process's "
                     "topics) into this namespace, as grasp.launch.py namespace:=")
     up.add_argument("--use-sim-time", action="store_true", help="sim_node publishes /clock "

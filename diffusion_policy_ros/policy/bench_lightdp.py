@@ -27,8 +27,9 @@ import torch
 import yaml
 
 from diffusion_policy_ros.config import CONFIG_DIR, DATA_DIR
+from diffusion_policy_ros.policy.export import MANIFEST
 from diffusion_policy_ros.policy.language import LanguageEmbedder
-from diffusion_policy_ros.policy.runner import PolicyRunner, synthetic_observation
+from diffusion_policy_ros.policy.runner import ONNX_SUBDIR, PolicyRunner, synthetic_observation
 
 INSTRUCTION = "pick up the red cube"
 EVAL_KINDS = ("task", "switch", "depth_noise", "wrong")
@@ -182,6 +183,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"dpr bench lightdp: no checkpoint for {', '.join(missing)} (the YAML says how "
               "to make each)", flush=True)
         rows = [r for r in rows if r.label not in missing]
+    unexported = [r.label for r in rows if r.backend == "onnxruntime"
+                  and not (_resolve(r.checkpoint) / ONNX_SUBDIR / MANIFEST).exists()]
+    if unexported:
+        print(f"dpr bench lightdp: skipping {', '.join(unexported)}: no ONNX graphs (dpr "
+              "export --checkpoint CKPT writes them)", flush=True)
+        rows = [r for r in rows if r.label not in unexported]
     results = measure(rows, args.chunks, args.threads)
     machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
     table = format_table(results, machine)

@@ -125,7 +125,7 @@ class Options:
     seed: int | None = None
     out: str | None = None
     device: str = "auto"
-    num_inference_steps: int = 10
+    num_inference_steps: int = 0
     ready_timeout_s: float = 180.0
     namespace: str = ""
     use_sim_time: bool = False
@@ -147,7 +147,7 @@ def check_override(text: str) -> str:
 
 
 def resolve_checkpoint(checkpoint: str | None) -> str:
-    """The given checkpoint directory, else the repository's ``checkpoints/grasp_unet``."""
+    """The given checkpoint directory, else the repository's ``checkpoints/grasp_unet_cd``."""
     if checkpoint:
         path = Path(checkpoint)
         if not path.is_dir():

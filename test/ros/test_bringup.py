@@ -44,7 +44,7 @@ def test_nodes_match_the_launch_file(tmp_path):
         assert params_file.parent == CONFIG_DIR and f'"{params_file.name}"' in launch
     policy = _args(specs, "policy_node")
     for pair in ("autostart:=true", f"checkpoint:={tmp_path}", "device:=auto",
-                 "num_inference_steps:=10", "use_sim_time:=false"):
+                 "num_inference_steps:=0", "use_sim_time:=false"):
         assert pair in policy
     assert "publish_clock:=false" in _args(specs, "sim_node")
     assert "auto_reset:=false" not in _args(specs, "sim_node")  # run-forever: as launched
