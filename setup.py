@@ -17,7 +17,8 @@ setup(
         (f"share/{package_name}/launch", glob("launch/*.launch.py")),
         (f"share/{package_name}/config", glob("config/*.yaml") + glob("config/*.rviz")),
         (f"share/{package_name}/urdf", ["diffusion_policy_ros/description/arm.urdf"]),
-        (f"share/{package_name}/checkpoints/grasp_unet", glob("checkpoints/grasp_unet/*")),
+        *[(f"share/{package_name}/checkpoints/{name}", glob(f"checkpoints/{name}/*.*"))
+          for name in ("grasp_unet_cd", "grasp_unet")],
     ],
     install_requires=["setuptools"],
     zip_safe=True,

@@ -44,9 +44,10 @@ def test_installed_package_reads_config_and_checkpoint_from_its_share(colcon_ins
     module, config, checkpoint = map(Path, out)
     assert module.is_relative_to(colcon_install.prefix), module  # not the editable source
     assert config == colcon_install.share / "config" and (config / "sim.yaml").is_file()
-    assert checkpoint == colcon_install.share / "checkpoints/grasp_unet"
-    assert {p.name for p in checkpoint.iterdir()} == {
-        p.name for p in (ROOT / "checkpoints/grasp_unet").iterdir()}
+    assert checkpoint == colcon_install.share / "checkpoints/grasp_unet_cd"
+    for name in ("grasp_unet_cd", "grasp_unet"):  # the shipped student and its teacher
+        assert {p.name for p in (colcon_install.share / "checkpoints" / name).iterdir()} == {
+            p.name for p in (ROOT / "checkpoints" / name).iterdir() if p.is_file()}
 
 
 # Import name -> package.xml key, for imports whose rosdep key is not the import name.
