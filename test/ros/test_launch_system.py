@@ -171,7 +171,12 @@ def test_readme_instruction_makes_the_simulated_arm_lift_the_red_cube(
     assert final["status"] == "success", (final, launch.log()[-4000:])
     # The README's next two commands: the score as JSON, a reset keeping the instruction.
     try:
-        echo = _shell("ros2 topic echo --once /sim/episode", ros2_env)
+        # A fresh CLI process may not have discovered the topic's type yet ("does not
+        # appear to be published yet"): as a user would, run it again.
+        for _ in range(5):
+            echo = _shell("ros2 topic echo --once /sim/episode", ros2_env)
+            if "does not appear to be published yet" not in echo.stdout:
+                break
         assert '"status": "success"' in echo.stdout, echo.stdout + echo.stderr
         reset = _shell("ros2 service call /sim_node/reset std_srvs/srv/Trigger", ros2_env)
         assert "success=True" in reset.stdout and "pick up the red cube" in reset.stdout, \
