@@ -46,7 +46,8 @@ class BenchRow:
     """fp32 | bf16 | fp16 (torch autocast; the ONNX graphs are fp32)."""
     reference: bool = False
     evals: dict = dataclasses.field(default_factory=dict)
-    """{task | switch | depth_noise | wrong: dpr eval --report JSON}."""
+    """{task | switch | depth_noise | wrong: dpr eval --report JSON, or a list of reports
+    of consecutive seed ranges, summed}."""
 
 
 def _resolve(path: str) -> Path:
@@ -65,12 +66,18 @@ def load_rows(path: str | Path = CONFIG_DIR / "bench_lightdp.yaml") -> list[Benc
 
 
 def eval_figures(row: BenchRow) -> dict[str, dict]:
-    """{kind: summary of the row's dpr eval report} for the reports that exist."""
+    """{kind: {episodes, success_rate, wrong_object_rate}} over the row's dpr eval reports
+    of that kind (all of them must exist)."""
     out = {}
-    for kind, report in row.evals.items():
-        path = _resolve(report)
-        if path.exists():
-            out[kind] = json.loads(path.read_text(encoding="utf-8"))["summary"]
+    for kind, reports in row.evals.items():
+        paths = [_resolve(r) for r in ([reports] if isinstance(reports, str) else reports)]
+        if not paths or not all(p.exists() for p in paths):
+            continue
+        summaries = [json.loads(p.read_text(encoding="utf-8"))["summary"] for p in paths]
+        episodes = sum(s["episodes"] for s in summaries)
+        out[kind] = {"episodes": episodes, **{
+            rate: sum(s[rate] * s["episodes"] for s in summaries) / episodes
+            for rate in ("success_rate", "wrong_object_rate")}}
     return out
 
 

@@ -29,16 +29,25 @@ def test_a_rows_file_without_exactly_one_reference_is_refused(tmp_path):
 
 
 def test_measure_and_format_a_table_with_eval_reports(tiny_checkpoint, tmp_path):
-    report = tmp_path / "task.json"
+    report, second = tmp_path / "task.json", tmp_path / "task_b.json"
     report.write_text(json.dumps({"summary": {"episodes": 10, "success_rate": 0.9,
                                               "wrong_object_rate": 0.0}}), encoding="utf-8")
+    second.write_text(json.dumps({"summary": {"episodes": 30, "success_rate": 0.5,
+                                              "wrong_object_rate": 0.1}}), encoding="utf-8")
     rows = [BenchRow("ref", str(tiny_checkpoint), steps=4, samples=2, reference=True),
             BenchRow("fast", str(tiny_checkpoint), steps=1, samples=1, precision="bf16",
-                     evals={"task": str(report)})]
+                     evals={"task": str(report)}),
+            BenchRow("summed", str(tiny_checkpoint), steps=1, samples=1,
+                     evals={"task": [str(report), str(second)],
+                            "switch": [str(report), str(tmp_path / "missing.json")]})]
     results = measure(rows, chunks=3, threads=(1,), progress=False)
-    assert [(r["label"], r["chunks"]) for r in results] == [("ref", 3), ("fast", 3)]
+    assert [(r["label"], r["chunks"]) for r in results] == [("ref", 3), ("fast", 3),
+                                                              ("summed", 3)]
     assert results[0]["speedup"] == pytest.approx(1.0)
     table = format_table(results, "test machine")
     assert "| **ref** (reference) | torch, fp32 |" in table
     fast = next(line for line in table.splitlines() if line.startswith("| fast"))
     assert "torch, bf16" in fast and "| 9/10 | 0.00 |" in fast
+    # Reports of consecutive seed ranges add up; a kind with a missing report shows "-".
+    summed = next(line for line in table.splitlines() if line.startswith("| summed"))
+    assert "| 24/40 | 0.07 | - |" in summed
