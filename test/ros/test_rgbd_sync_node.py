@@ -2,6 +2,7 @@
 
 import copy
 import dataclasses
+import time
 
 import numpy as np
 import pytest
@@ -101,6 +102,26 @@ def test_sync_node_pairs_kinect_stream_and_survives_bad_input(ros, sync_node):
         feed.frame(t_warm, t_warm)
         ros.spin_for(1 / 30)
 
+    def settled_counters() -> dict[str, int]:
+        """The node's counters once it has taken in everything sent: two consecutive
+        diagnostics (period 0.2 s) with the same input totals."""
+        n_before = len(diags)
+
+        def fresh():
+            return [{kv.key: kv.value for kv in status.values} for arr in diags[n_before:]
+                    for status in arr.status if status.name.startswith("rgbd_sync_node")]
+
+        def settled():
+            seen = fresh()
+            keys = ("rgb_frames_total", "depth_frames_total", "observations_total")
+            return len(seen) >= 2 and all(seen[-1].get(k) == seen[-2].get(k) for k in keys)
+
+        ros.spin_until(settled, 15.0, "settled rgbd_sync_node diagnostics")
+        seen = fresh()
+        return {k: int(v) for k, v in seen[-1].items()
+                if k.endswith("_total") or k.startswith("drops_")}
+
+    before = settled_counters()
     # 45 frames at 30 Hz with stamp jitter; depth of frames 10 and 25 lost, RGB of frame 30
     # lost (its depth is left unmatched); 15/16 reordered.
     rng = np.random.default_rng(0)
@@ -109,16 +130,20 @@ def test_sync_node_pairs_kinect_stream_and_survives_bad_input(ros, sync_node):
     order = list(range(45))
     order[15], order[16] = 16, 15
     expected = set()
+    sent = {"rgb": 0, "depth": 0}
+    stream_start_s = time.monotonic()
     for i in order:
         lost = i in (10, 25)
         depth_jitter = int(rng.integers(-3_000_000, 3_000_000))
         feed.frame(None if i == 30 else stamps[i], None if lost else stamps[i] + depth_jitter)
+        sent["rgb"] += i != 30
+        sent["depth"] += not lost
         if not lost and i not in (15, 30):
             expected.add(stamps[i])
         ros.spin_for(1 / 30)
-    # Reliable keep-last-5 queues may still lose a frame when both processes share two
-    # busy cores; the pairing logic itself is covered exactly by the unit tests.
+    stream_s = time.monotonic() - stream_start_s
     ros.wait_for(lambda: expected <= set(clouds), 10.0)
+    after = settled_counters()
     # Image and cloud of a pair travel as two messages: either may be the one lost.
     cloud_stamps = {s for s in clouds if s > t_warm}
     image_stamps = {s for s in images if s > t_warm}
@@ -127,14 +152,25 @@ def test_sync_node_pairs_kinect_stream_and_survives_bad_input(ros, sync_node):
     allowed = set(expected)
     if stamps[16] not in cloud_stamps | image_stamps:  # 16 lost: reordered 15 is on time
         allowed.add(stamps[15])
+    # Never a wrong pairing.
     assert cloud_stamps <= allowed and image_stamps <= allowed
-    # A stall of one subscription longer than max_age_s also drops pairs, by design and
-    # counted (drops_late, drops_unmatched_depth): those may account for a few more.
-    diag = latest_diagnostics()
-    counted = (int(diag.get("drops_late", 0)) + int(diag.get("drops_unmatched_depth", 0))
-               - 1)  # frame 30's depth, unmatched by design
-    assert len(missing) <= max(2, min(5, counted)), (
-        f"missing frames {missing}, diagnostics {diag}\n" + sync_node.log())
+    # Every frame that did not come out is accounted for: lost from the node's keep-last
+    # input queues while it was descheduled (sent minus received), or dropped by the node
+    # and counted (late, unmatched); frame 30's depth is unmatched by design. How many is
+    # the machine's load, not the node's logic (the pairing is covered exactly by the
+    # unit tests), so only the accounting and a liveness floor are asserted (on a quiet
+    # machine all arrive; next to two CPU burners per core about half did).
+    def delta(key: str) -> int:
+        return after.get(key, 0) - before.get(key, 0)
+
+    queue_lost = ((sent["rgb"] - delta("rgb_frames_total"))
+                  + (sent["depth"] - delta("depth_frames_total")))
+    counted = sum(delta(k) for k in after if k.startswith("drops_")) - 1
+    report = (f"missing frames {missing}, {queue_lost} lost from input queues, "
+              f"{counted} counted drops, counters before {before} after {after}\n"
+              + sync_node.log())
+    assert len(missing) <= queue_lost + counted, report
+    assert len(measured) >= len(expected) // 4, report
 
     scene = feed.kinect.scene
     for stamp in measured:
@@ -149,15 +185,20 @@ def test_sync_node_pairs_kinect_stream_and_survives_bad_input(ros, sync_node):
     points, _ = xyzrgb_from_cloud_msg(full_clouds[-1])
     assert full_clouds[-1].header.frame_id == "base_link" and len(points) > 10000
     assert scene.distance_to_surfaces(points).max() < 0.006
-    # Input and output rates while the stream ran (they decay once it stops), and the
-    # skew statistics of its pairs.
+    # Input and output rates while the stream ran (they decay once it stops), against what
+    # the node took in: on a loaded machine it receives fewer than the 30 Hz sent.
     def highest(key: str) -> float:
         return max(float(kv.value) for arr in diags for status in arr.status
                    if status.name.startswith("rgbd_sync_node")
                    for kv in status.values if kv.key == key)
 
-    for name in ("rgb", "depth", "camera_info", "output"):
-        assert 15.0 < highest(f"{name}_rate_hz") < 45.0, (name, highest(f"{name}_rate_hz"))
+    window_s = 2.0  # RateMeter's window
+    for name, total in (("rgb", "rgb_frames_total"), ("depth", "depth_frames_total"),
+                        ("camera_info", "camera_info_total"),
+                        ("output", "observations_total")):
+        received_hz = delta(total) / max(window_s, stream_s)
+        assert 0.5 * received_hz <= highest(f"{name}_rate_hz") < 45.0, (
+            name, highest(f"{name}_rate_hz"), received_hz)
     diag = latest_diagnostics()
     assert abs(float(diag["skew_ms_p50"])) < 3.0 and float(diag["skew_ms_p99"]) < 10.0, diag
 
@@ -178,7 +219,9 @@ def test_sync_node_pairs_kinect_stream_and_survives_bad_input(ros, sync_node):
     cases = {"unknown_encoding": dict(color=yuv), "bad_data_length": dict(color=truncated),
              "size_mismatch": dict(depth=small), "bad_camera_info": dict(info=bad_k),
              "empty_workspace": dict(depth=nan_depth), "empty_workspace_far": dict(depth=far_depth),
-             "empty_workspace_inf": dict(depth=inf_depth)}
+             "empty_workspace_inf": dict(depth=inf_depth),
+             # Behind the last observation; a depth no colour comes for within max_age_s.
+             "late": dict(late=True), "unmatched_depth": dict(depth_only=True)}
     def dropped(reason: str) -> int:
         return int(latest_diagnostics().get(f"drops_{reason}", 0))
 
@@ -204,6 +247,14 @@ def test_sync_node_pairs_kinect_stream_and_survives_bad_input(ros, sync_node):
             bad_stamps.append(t)
             if "info" in bad:
                 feed.publish("info", bad["info"], t)
+            elif "late" in bad:
+                late_ns = max(clouds) - PERIOD_NS // 2
+                bad_stamps.append(late_ns)
+                feed.frame(late_ns, late_ns)
+            elif "depth_only" in bad:
+                feed.frame(None, t)
+                t += 20 * PERIOD_NS  # beyond max_age_s: the first depth is evicted unmatched
+                feed.frame(None, t)
             else:
                 feed.frame(t, t, **bad)
 
@@ -224,6 +275,7 @@ def test_sync_node_pairs_kinect_stream_and_survives_bad_input(ros, sync_node):
 
     minimum = {"unknown_encoding": 1, "bad_data_length": 1, "size_mismatch": 1,
                "bad_camera_info": 1, "empty_workspace": 3, "late": 1, "unmatched_depth": 1}
+    assert set(minimum) == {n.removesuffix("_far").removesuffix("_inf") for n in cases}
     ros.spin_until(lambda: all(int(latest_diagnostics().get(f"drops_{r}", 0)) >= n
                                for r, n in minimum.items()), 10.0,
                    lambda: f"diagnostics counting every drop reason: {latest_diagnostics()}")
