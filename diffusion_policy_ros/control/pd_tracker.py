@@ -27,6 +27,17 @@ Modes:
 * ``fault`` (no joint state, NaN/inf in it, or older than ``state_timeout_s``):
   zero effort is commanded once, then nothing, and chunks are rejected; when
   fresh states return, the reference restarts at the measured state, holding.
+* late state (older than ``late_state_s``, within ``state_timeout_s``): any
+  feedback on a stale state, position or velocity, is delayed feedback, which makes
+  a stiff effort loop oscillate (damping alone too: kd / inertia times the delay
+  soon exceeds what a delayed damper tolerates). So the effort is zero, which the
+  drive's gravity compensation turns into a coast that the joints' own friction
+  slows, while the reference goes on along the plan; fresh states restore the PD
+  law (a gap beyond ``path_tolerance`` by then aborts the path as usual).
+* unsafe-speed stop (a measured joint, from a fresh state, faster than
+  ``overspeed_factor`` x its velocity limit): ``fault`` with damping-only efforts
+  (-kd qd), sent every tick, chunks rejected, until every joint is below
+  ``overspeed_resume_rad_s``; then holding at the measured state.
 """
 
 from __future__ import annotations
@@ -113,6 +124,10 @@ class PdTracker:
         self._path_abort_s = -math.inf
         self.effort_saturated_ticks = 0
         self.reference_limited_ticks = 0
+        self.late_state_ticks = 0
+        self.overspeed_stops = 0
+        self._braking = False
+        self._speed_limits = [config.overspeed_factor * v for v in config.velocity_limits]
 
     # -- chunks -------------------------------------------------------------------------------
 
@@ -153,6 +168,11 @@ class PdTracker:
         fault = self._state_fault(now_s, q, qd, state_stamp_s)
         if fault:
             return self._fault_tick(now_s, fault)
+        q, qd = _floats(q), _floats(qd)
+        late = self.config.late_state_s
+        late = bool(late) and now_s - state_stamp_s > late
+        if self._braking or (not late and self._overspeed(qd)):
+            return self._braking_tick(now_s, q, qd, gripper_opening_m, late)
         lim = self.limiter
         if self.mode is TrackerMode.FAULT or self._last_tick_s is None:
             self._restart(q, qd, gripper_opening_m)
@@ -167,8 +187,7 @@ class PdTracker:
             elif dt > self._max_step_s:
                 dt = self._max_step_s
         self._last_tick_s = now_s
-        self._q = q = _floats(q)
-        self._qd = qd = _floats(qd)
+        self._q, self._qd = q, qd
         if self.gripper.opening is None and gripper_opening_m is not None:
             self.gripper.reset(gripper_opening_m)
         tol = self.config.path_tolerance
@@ -197,8 +216,12 @@ class PdTracker:
             base = ff if ff is not None else [0.0] * self.n
             ff = [f + m * a for f, m, a in zip(base, self._inertia_ff, lim.acceleration,
                                                strict=True)]
-        effort, saturated = pd_effort(lim.position, lim.velocity, q, qd, self._kp, self._kd,
-                                      self._effort_limits, ff)
+        if late:
+            self.late_state_ticks += 1
+            effort, saturated = [0.0] * self.n, False
+        else:
+            effort, saturated = pd_effort(lim.position, lim.velocity, q, qd, self._kp,
+                                          self._kd, self._effort_limits, ff)
         self.ticks += 1
         if saturated:
             self.effort_saturated_ticks += 1
@@ -220,6 +243,45 @@ class PdTracker:
         if not all(map(math.isfinite, q)) or not all(map(math.isfinite, qd)):
             return "joint_states contain NaN/inf"
         return ""
+
+    def _overspeed(self, qd: list[float]) -> bool:
+        if not self.config.overspeed_factor:
+            return False
+        for name, v, limit in zip(self.config.joint_names, qd, self._speed_limits, strict=True):
+            if abs(v) > limit:
+                self.overspeed_stops += 1
+                self.fault = (f"unsafe speed: {name} at {v:+.2f} rad/s, limit {limit:.2f} "
+                              f"(overspeed_factor x velocity_limits)")
+                return True
+        return False
+
+    def _damping(self, qd: list[float]) -> list[float]:
+        return [min(lim, max(-lim, -kd * v))
+                for kd, v, lim in zip(self._kd, qd, self._effort_limits, strict=True)]
+
+    def _braking_tick(self, now_s, q, qd, gripper_opening_m, late: bool) -> TrackerCommand:
+        """Unsafe-speed stop: damping only (zero on a late state) until every joint is
+        slow, then hold there."""
+        self._last_tick_s = now_s
+        self._q, self._qd = q, qd
+        self.ticks += 1
+        if late:
+            self.late_state_ticks += 1
+        elif self._braking and all(abs(v) < self.config.overspeed_resume_rad_s for v in qd):
+            self._braking = False
+            self.timeline.clear()
+            self._restart(q, qd, gripper_opening_m)
+            return TrackerCommand((0.0,) * self.n, self.gripper.opening, tuple(q),
+                                  (0.0,) * self.n, self.mode, True)
+        if not self._braking:
+            self._braking = True
+            self.faults += 1
+            self.timeline.clear()
+        self.mode = TrackerMode.FAULT
+        self._fault_sent = False  # a state fault during the stop still sends its zero effort
+        effort = (0.0,) * self.n if late else tuple(self._damping(qd))
+        return TrackerCommand(effort, self.gripper.opening, tuple(q),
+                              (0.0,) * self.n, TrackerMode.FAULT, True, self.fault)
 
     def _fault_tick(self, now_s: float, reason: str) -> TrackerCommand:
         if self.mode is not TrackerMode.FAULT:
@@ -268,5 +330,7 @@ class PdTracker:
             "path_aborts": self.path_aborts,
             "effort_saturated_ticks": self.effort_saturated_ticks,
             "reference_limited_ticks": self.reference_limited_ticks,
+            "late_state_ticks": self.late_state_ticks,
+            "overspeed_stops": self.overspeed_stops,
             "blend_depth": tl.active.depth if tl.active is not None else 0,
         }

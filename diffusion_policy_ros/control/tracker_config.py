@@ -14,6 +14,7 @@ import math
 from diffusion_policy_ros.config import param
 
 BLEND_STRATEGIES = ("latest", "ensemble", "crossfade")
+TICK_SOURCES = ("auto", "timer", "joint_states")
 """How a new chunk takes over from the current one (see ``timeline``)."""
 
 TWO_PI = 2.0 * math.pi
@@ -30,6 +31,11 @@ class PdTrackerConfig:
                                "and joint_states (value = opening in m)")
     rate_hz: float = param(500.0, "Control rate: reference, PD and commands (Hz)",
                            low=1.0, high=2000.0)
+    tick_source: str = param(
+        "auto", "What runs the control law. timer: a steady-clock timer at rate_hz (a real "
+        "arm's driver); joint_states: one tick per joint_states message at its stamp, the "
+        "simulator's synchronous mode (with sim_node's lockstep the physics waits for each "
+        "command); auto: joint_states under use_sim_time, else timer", choices=TICK_SOURCES)
     realtime_priority: int = param(
         50, "pd_tracker_node: SCHED_FIFO priority (1-99) of its process, as ros2_control's "
         "controller manager runs its loop; 0 = normal scheduling. Needs CAP_SYS_NICE or an "
@@ -69,6 +75,20 @@ class PdTrackerConfig:
     state_timeout_s: float = param(
         0.1, "joint_states older than this: zero effort once, fault until they return (s)",
         low=0.001, high=10.0)
+    late_state_s: float = param(
+        0.01, "joint_states older than this (but within state_timeout_s): feedback on a "
+        "stale state is what destabilises a loop closed over a late link, so the tracker "
+        "commands zero effort (the drive's gravity compensation holds the arm's weight) "
+        "while the reference goes on along the plan, until states are fresh (s; 0 = off)",
+        low=0.0, high=10.0)
+    overspeed_factor: float = param(
+        1.5, "A measured joint speed above this multiple of velocity_limits: unsafe-speed "
+        "stop, damping only and chunks rejected until every joint is below "
+        "overspeed_resume_rad_s, then hold at the measured state (0 = off)",
+        low=0.0, high=100.0)
+    overspeed_resume_rad_s: float = param(
+        0.05, "Unsafe-speed stop ends when every joint is slower than this (rad/s)",
+        low=0.001, high=100.0)
     blend_strategy: str = param(
         "ensemble", "How a new chunk takes over. ensemble (default): ACT-style exponentially "
         "weighted mean of all live chunks, cross-faded in; crossfade: the newest chunk's plan "
@@ -129,6 +149,11 @@ class PdTrackerConfig:
                              f"{self.gripper_max}")
         if self.blend_strategy not in BLEND_STRATEGIES:
             raise ValueError(f"blend_strategy must be one of {BLEND_STRATEGIES}")
+        if self.tick_source not in TICK_SOURCES:
+            raise ValueError(f"tick_source must be one of {TICK_SOURCES}")
+        if self.late_state_s and self.late_state_s >= self.state_timeout_s:
+            raise ValueError(f"late_state_s ({self.late_state_s}) must be below "
+                             f"state_timeout_s ({self.state_timeout_s})")
 
     def reference_lower(self) -> list[float]:
         return [lo + self.position_margin for lo in self.position_lower]

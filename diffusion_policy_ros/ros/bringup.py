@@ -300,6 +300,13 @@ def summarize(outcomes: list[dict], latencies_ms: list[float], diagnostics: dict
                                     "max": _float(tracker.get("period_error_ms_max")),
                                     "p99_worst": tracker_p99_worst},
         "tracker_loop_rate_hz": _float(tracker.get("loop_rate_hz")),
+        "tracker_tick_source": tracker.get("tick_source"),
+        "tracker_safety": {k: int(tracker[k]) for k in ("late_state_ticks", "overspeed_stops",
+                                                        "path_aborts", "faults")
+                           if k in tracker},
+        "sim_lockstep": sim.get("lockstep"),
+        "sim_lockstep_wait_ms": {"p50": _float(sim.get("lockstep_wait_ms_p50")),
+                                 "p99": _float(sim.get("lockstep_wait_ms_p99"))},
         "sim_real_time_factor": _float(sim.get("real_time_factor")),
     }
 
@@ -322,10 +329,19 @@ def format_summary(summary: dict) -> str:
                  f"the policy); observation stamp -> chunk received p50 {f(lat['p50'])} ms, "
                  f"p99 {f(lat['p99'])} ms; policy predict p50 {f(pred['p50'])} ms, p99 "
                  f"{f(pred['p99'])} ms")
-    lines.append(f"tracker at {f(summary['tracker_loop_rate_hz'])} Hz, period error p50 "
-                 f"{f(jit['p50'], '.3f')} ms, p99 {f(jit['p99'], '.3f')} ms (worst p99 "
-                 f"{f(jit['p99_worst'], '.3f')} ms), max {f(jit['max'], '.3f')} ms; sim "
-                 f"real-time factor {f(summary['sim_real_time_factor'], '.2f')}")
+    if summary.get("tracker_tick_source") == "joint_states":
+        wait = summary.get("sim_lockstep_wait_ms") or {}
+        loop = (f"tracker ticks on joint_states, sim lockstep {summary.get('sim_lockstep')} "
+                f"(waits for a command p50 {f(wait.get('p50'), '.3f')} ms, p99 "
+                f"{f(wait.get('p99'), '.3f')} ms)")
+    else:
+        loop = (f"tracker at {f(summary['tracker_loop_rate_hz'])} Hz, period error p50 "
+                f"{f(jit['p50'], '.3f')} ms, p99 {f(jit['p99'], '.3f')} ms (worst p99 "
+                f"{f(jit['p99_worst'], '.3f')} ms), max {f(jit['max'], '.3f')} ms")
+    safety = summary.get("tracker_safety") or {}
+    if safety:
+        loop += "; tracker " + ", ".join(f"{k} {v}" for k, v in safety.items())
+    lines.append(f"{loop}; sim real-time factor {f(summary['sim_real_time_factor'], '.2f')}")
     errors = summary.get("diagnostics_errors") or {}
     lines.append("ERROR on /diagnostics after start-up: " + ("none" if not errors else "; ".join(
         f"{node} x{e['count']} ({' | '.join(e['messages'])})" for node, e in errors.items())))

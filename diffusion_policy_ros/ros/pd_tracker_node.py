@@ -2,10 +2,16 @@
 
 Thin adapter around ``control.PdTracker``: converts ``policy/action_chunk``
 (trajectory_msgs/JointTrajectory) and ``joint_states`` into plain data, ticks
-the tracker on a steady-clock timer and publishes ``arm_controller/commands`` (efforts in
-``joint_names`` order), ``gripper_controller/commands`` ([opening m]),
-``tracker/reference`` and ``/diagnostics``. All callbacks share one mutually
-exclusive group because the tracker is not thread-safe.
+the tracker and publishes ``arm_controller/commands`` (efforts in ``joint_names``
+order), ``gripper_controller/commands`` ([opening m]), ``tracker/reference`` and
+``/diagnostics``. All callbacks share one mutually exclusive group because the
+tracker is not thread-safe.
+
+``tick_source``: on a real arm a steady-clock timer at ``rate_hz`` runs the law on the
+latest state; under ``use_sim_time`` (``auto``) each ``joint_states`` message runs it
+at its own stamp, so every command answers exactly one state, which is what
+sim_node's lockstep waits for before it steps on: the loop then stays the discrete
+system that was tuned however late the machine delivers, and only the sim's pace drops.
 """
 
 from __future__ import annotations
@@ -99,11 +105,16 @@ class PdTrackerNode(Node):
                                  QoSProfile(depth=2))
         self.create_subscription(JointState, "joint_states", self._on_joint_states,
                                  QoSProfile(depth=10))
-        # The loop runs on the steady clock: with use_sim_time a ROS-clock timer fires only
-        # when /clock advances (once per sim batch: ~20 Hz measured under load), while the
-        # control law needs its rate. The timeline still reads the node's (sim) clock.
-        self.create_timer(1.0 / cfg.rate_hz, self._tick,
-                          clock=Clock(clock_type=ClockType.STEADY_TIME))
+        source = cfg.tick_source
+        if source == "auto":
+            source = "joint_states" if self.get_parameter("use_sim_time").value else "timer"
+        self.tick_on_joint_states = source == "joint_states"
+        if not self.tick_on_joint_states:
+            # A steady-clock timer: with use_sim_time a ROS-clock timer fires only when
+            # /clock advances (once per sim batch), while the law needs its rate. The
+            # timeline still reads the node's (sim) clock.
+            self.create_timer(1.0 / cfg.rate_hz, self._tick,
+                              clock=Clock(clock_type=ClockType.STEADY_TIME))
         self.create_timer(1.0, self._publish_diagnostics)
         self._reference = JointState(name=list(cfg.joint_names))
         problem = request_fifo_priority(cfg.realtime_priority)
@@ -112,7 +123,8 @@ class PdTrackerNode(Node):
         if cfg.realtime_priority and problem:
             self.get_logger().warning(f"realtime_priority: {problem}; running with normal "
                                       "scheduling (expect more period jitter under load)")
-        self.get_logger().info(f"pd_tracker_node ready: {cfg.rate_hz:.0f} Hz, blend "
+        rate = "a tick per joint_states" if self.tick_on_joint_states else f"{cfg.rate_hz:.0f} Hz"
+        self.get_logger().info(f"pd_tracker_node ready: {rate}, blend "
                                f"'{cfg.blend_strategy}', joints {list(cfg.joint_names)}, "
                                f"scheduling {self.scheduling}")
 
@@ -140,21 +152,26 @@ class PdTrackerNode(Node):
         problem = self.states.update(msg.name, msg.position, msg.velocity, stamp_s)
         if problem:
             self._report("bad_joint_states", f"ignored joint_states: {problem}")
+        elif self.tick_on_joint_states:
+            self._tick(stamp_s)
 
-    def _tick(self) -> None:
+    def _tick(self, now_s: float | None = None) -> None:
         wall = time.perf_counter()
         if self._last_tick_wall is not None:
             period_ms = (wall - self._last_tick_wall) * 1e3
             self.period_error_ms.add(abs(period_ms - 1e3 / self.config.rate_hz))
         self._last_tick_wall = wall
         s = self.states
-        cmd = self.tracker.tick(self._now_s(), s.q, s.qd, s.stamp_s, s.gripper_opening_m)
+        now_s = self._now_s() if now_s is None else now_s
+        cmd = self.tracker.tick(now_s, s.q, s.qd, s.stamp_s, s.gripper_opening_m)
         if cmd.mode is TrackerMode.FAULT and cmd.fault != self._published_fault:
             if s.stamp_s is None:  # start-up: the arm's first joint_states are on their way
                 self.get_logger().info("waiting for the first joint_states (zero effort "
                                        "until they arrive)")
             else:
-                self._report("fault", f"tracker fault: {cmd.fault}; commanding zero effort")
+                action = ("braking with damping only" if any(cmd.effort_nm)
+                          else "commanding zero effort")
+                self._report("fault", f"tracker fault: {cmd.fault}; {action}")
         self._published_fault = cmd.fault
         if cmd.send:
             self.effort_pub.publish(Float64MultiArray(data=list(cmd.effort_nm)))
@@ -179,7 +196,7 @@ class PdTrackerNode(Node):
             status.level, status.message = DiagnosticStatus.WARN, "waiting for joint_states"
         elif mode == TrackerMode.FAULT.value:
             status.level, status.message = DiagnosticStatus.ERROR, f"fault: {info['fault']}"
-        elif rate < 0.9 * self.config.rate_hz:
+        elif not self.tick_on_joint_states and rate < 0.9 * self.config.rate_hz:
             status.level = DiagnosticStatus.WARN
             status.message = f"loop at {rate:.0f} Hz, below {self.config.rate_hz:.0f} Hz"
         else:
@@ -187,6 +204,7 @@ class PdTrackerNode(Node):
         values = {
             "mode": mode,
             "scheduling": self.scheduling,
+            "tick_source": "joint_states" if self.tick_on_joint_states else "timer",
             "loop_rate_hz": f"{rate:.1f}",
             "period_error_ms_p50": f"{self.period_error_ms.percentile(50):.4f}",
             "period_error_ms_p99": f"{self.period_error_ms.percentile(99):.4f}",
@@ -199,6 +217,9 @@ class PdTrackerNode(Node):
             "holds": str(info["holds"]),
             "faults": str(info["faults"]),
             "effort_saturated_ticks": str(info["effort_saturated_ticks"]),
+            "late_state_ticks": str(info["late_state_ticks"]),
+            "path_aborts": str(info["path_aborts"]),
+            "overspeed_stops": str(info["overspeed_stops"]),
             "bad_joint_states": str(self.rejects.counts["bad_joint_states"]),
         }
         status.values = [KeyValue(key=k, value=v) for k, v in values.items()]

@@ -38,6 +38,16 @@ takes one physics step; it never starts at 0, which ROS reads as "unset"), and
 clock, spread over the batch as if each step had happened at its real-time
 pace (step k of n: now - (n - 1 - k) * dt / real_time_factor), and increasing.
 
+Lockstep (``lockstep`` with ``publish_clock``). The physics and the arm controller
+form one discrete loop, as in a simulator's synchronous mode: after publishing a
+``joint_states`` the sim steps no further until the next arm command arrives (with
+pd_tracker_node ticking on joint_states, that command answers exactly this state),
+and steps as soon as it does, within the wall-clock pace. A busy machine then lowers
+the achieved real-time factor (on ``/diagnostics``) instead of feeding the arm one
+effort for a whole batch of steps, the zero-order hold whose delay made the loop
+oscillate. With no command publisher, or none within ``lockstep_timeout_s`` of wall
+time, the sim free-runs (counted, WARN) with expiring efforts, until commands return.
+
 Commands. A valid effort command applies until ``command_timeout_s`` of sim time
 without a new one (sim time, so the timeout scales with ``real_time_factor``
 like a tracker on ``use_sim_time``); then the arm gets zero effort, which the
@@ -154,6 +164,7 @@ class SimNode(Node):
         self._max_batch = max(1, int(round(cfg.max_catchup_s / self.dt)))
         self.rejects = ThrottledReasons(period_s=2.0)
         self.clamps = ThrottledReasons(period_s=2.0)
+        self._stale_log = ThrottledReasons(period_s=2.0)
         self.rates = {name: RateMeter() for name in ("joint_states", "camera", "commands")}
         self.loop_ms = RollingStats(window=2000)
         self.render_ms = RollingStats(window=300)
@@ -177,6 +188,12 @@ class SimNode(Node):
         self.steps_total = 0
         self.steps_dropped = 0
         self._window = (time.monotonic(), 0.0)
+        # Lockstep: wall time the last joint_states began waiting for its command.
+        self._awaiting_since: float | None = None
+        self._free_run = False
+        self._timeout_seen = False
+        self.lockstep_timeouts = 0
+        self.lockstep_wait_ms = RollingStats(window=2000)
 
         self._steady = Clock(clock_type=ClockType.STEADY_TIME)
         sensor_qos = QoSProfile(depth=5)
@@ -250,6 +267,7 @@ class SimNode(Node):
         state = self.runtime.reset(task=task)
         self._episode += 1
         self._effort = None  # the arm was teleported home: efforts for the old pose are void
+        self._awaiting_since = None
         self._gripper_m = float(self.runtime.scene.joint_positions()[6])
         self._next_js_s = self.sim_time_s()
         self._status = ""
@@ -320,12 +338,21 @@ class SimNode(Node):
         if np.any(values < low) or np.any(values > high):
             self._clamped("effort_clamped", f"arm efforts {values.tolist()} clamped to the "
                           f"joint effort limits {high.tolist()} N m")
-        self.rates["commands"].tick(time.monotonic())
+        now = time.monotonic()
+        self.rates["commands"].tick(now)
         self._effort = values
         self._last_command_s = self.sim_time_s()
         if self._stale:
             self._stale = False
-            self.get_logger().info("arm commands resumed")
+            self.get_logger().debug("arm commands resumed")
+        if self._free_run:
+            self._free_run = False
+            self.get_logger().info("arm commands returned: lockstep resumed")
+        if self._awaiting_since is not None:
+            self.lockstep_wait_ms.add((now - self._awaiting_since) * 1e3)
+            self._awaiting_since = None
+            self._timeout_seen = False
+            self._step_lockstep()
 
     def _on_gripper(self, msg: Float64MultiArray) -> None:
         values, reason, detail = command_values(msg, 1)
@@ -344,14 +371,21 @@ class SimNode(Node):
                 self.sim_time_s() - self._last_command_s > self.config.command_timeout_s:
             self._stale = True
             self.command_timeouts += 1
-            self.get_logger().warning(
-                f"arm commands stale (none for {self.config.command_timeout_s} s of sim time): "
-                "zero effort, gravity compensation holds the arm")
+            if self._stale_log.record("stale", time.monotonic()):
+                self.get_logger().warning(
+                    f"arm commands stale (none for {self.config.command_timeout_s} s of sim "
+                    f"time): zero effort, gravity compensation holds the arm "
+                    f"[{self.command_timeouts} so far]")
         if self._stale or self._effort is None:
             return self._zero_effort
         return self._effort
 
     # -- loop ---------------------------------------------------------------------------------
+
+    def _lockstep_active(self) -> bool:
+        cfg = self.config
+        return (cfg.lockstep and cfg.publish_clock and not self._free_run
+                and self.count_publishers("arm_controller/commands") > 0)
 
     def _loop(self) -> None:
         wall = time.monotonic()
@@ -367,6 +401,10 @@ class SimNode(Node):
             n = self._max_batch
         if n == 0:
             return
+        if self._lockstep_active():
+            self._step_lockstep()
+            return
+        self._awaiting_since = None
         self._debt_s -= n * self.dt
         pace_s = self.dt / self.config.real_time_factor
         for k in range(n):
@@ -378,9 +416,47 @@ class SimNode(Node):
         self._publish_clock()
         self.loop_ms.add((time.monotonic() - wall) * 1e3)
 
-    def _after_step(self, state: TaskState) -> None:
+    def _step_lockstep(self) -> None:
+        """Step while the pace allows, stopping at each joint_states until it is answered."""
+        start = time.monotonic()
+        if self._awaiting_since is not None:
+            if start - self._awaiting_since <= self.config.lockstep_timeout_s:
+                self._timeout_seen = False
+                return
+            if not self._timeout_seen:
+                # This process may itself have been descheduled that long: the executor
+                # runs ready timers before ready subscriptions, so give a command already
+                # queued one turn before calling it a timeout.
+                self._timeout_seen = True
+                return
+            self._timeout_seen = False
+            self._awaiting_since = None
+            self._free_run = True
+            self.lockstep_timeouts += 1
+            self.get_logger().warning(
+                f"lockstep: no arm command within lockstep_timeout_s "
+                f"({self.config.lockstep_timeout_s} s wall) of a joint_states; free-running "
+                f"with expiring efforts until commands return "
+                f"[{self.lockstep_timeouts} so far]")
+            return
+        stepped = False
+        while self._debt_s + 1e-9 >= self.dt:
+            state = self.runtime.step(self._applied_effort(), self._gripper_m)
+            self._debt_s -= self.dt
+            self.steps_total += 1
+            stepped = True
+            if self._after_step(state):
+                self._awaiting_since = time.monotonic()
+                break
+        if stepped:
+            self._publish_clock()
+            self.loop_ms.add((time.monotonic() - start) * 1e3)
+
+    def _after_step(self, state: TaskState) -> bool:
+        """Publish what is due after a physics step; True when joint_states went out."""
         now = self.sim_time_s()
-        if now >= self._next_js_s - 1e-9:
+        published = now >= self._next_js_s - 1e-9
+        if published:
             self._next_js_s = (math.floor(now / self._js_period_s + 1e-9) + 1) * self._js_period_s
             self._publish_joint_states()
         if self.runtime.frame_due():
@@ -391,6 +467,8 @@ class SimNode(Node):
             self._publish_episode(state)
             if state.done and self.config.auto_reset:
                 self._start_episode()
+                return False
+        return published
 
     def _publish_joint_states(self) -> None:
         scene = self.runtime.scene
@@ -454,6 +532,11 @@ class SimNode(Node):
             "commands_stale": str(self._stale).lower(),
             "command_age_s": command_age,
             "command_timeouts": str(self.command_timeouts),
+            "lockstep": ("off" if not (cfg.lockstep and cfg.publish_clock)
+                         else "free_run" if self._free_run else "on"),
+            "lockstep_timeouts": str(self.lockstep_timeouts),
+            "lockstep_wait_ms_p50": f"{self.lockstep_wait_ms.percentile(50):.3f}",
+            "lockstep_wait_ms_p99": f"{self.lockstep_wait_ms.percentile(99):.3f}",
             "gripper_target_m": f"{self._gripper_m:.4f}",
             **{f"rejected_{r}": str(n) for r, n in sorted(self.rejects.counts.items())},
             **{r: str(n) for r, n in sorted(self.clamps.counts.items())},

@@ -54,15 +54,28 @@ class SimConfig:
                                       "keep it across resets (published again at each). "
                                       "Either way a person's instruction sets the object "
                                       "that is scored")
+    lockstep: bool = param(True, "sim_node with publish_clock: synchronous mode, as "
+                           "simulators offer it. After each joint_states the physics waits "
+                           "for the arm controller's next command before it steps on, so a "
+                           "late controller slows sim time instead of the arm acting on a "
+                           "stale effort. Free-runs (efforts expiring by command_timeout_s) "
+                           "while no controller publishes or one stays silent for "
+                           "lockstep_timeout_s")
+    lockstep_timeout_s: float = param(0.5, "sim_node lockstep: wall time to wait for the "
+                                      "controller's answer before free-running (counted, "
+                                      "WARN) until its commands return (s)",
+                                      low=0.001, high=60.0)
     joint_state_rate_hz: float = param(500.0, "sim_node: joint_states rate in sim time (Hz), "
                                        "at most the 500 Hz physics rate", low=1.0, high=500.0)
-    command_timeout_s: float = param(0.1, "sim_node: sim time after the last valid arm command "
-                                     "at which it goes stale: zero effort (gravity-compensated "
-                                     "hold) and a WARN until commands return (s)",
+    command_timeout_s: float = param(0.01, "sim_node: an arm effort expires this much sim "
+                                     "time after its command, as a drive's watchdog: then "
+                                     "zero effort (gravity-compensated hold) and a WARN until "
+                                     "commands return. Short, because one effort held over a "
+                                     "stall accelerates a light wrist past any safe speed (s)",
                                      low=0.004, high=10.0)
     auto_reset: bool = param(False, "sim_node: start the next episode (next seed) as soon as "
                              "one ends; false: keep simulating until ~/reset is called")
-    max_catchup_s: float = param(0.05, "sim_node: most sim time one loop callback steps to "
+    max_catchup_s: float = param(0.008, "sim_node: most sim time one loop callback steps to "
                                  "catch up with the wall clock; a larger backlog is dropped "
                                  "(counted; the sim then runs slower than real_time_factor). "
                                  "Below command_timeout_s: commands are read between batches",

@@ -367,3 +367,79 @@ def test_path_tolerance_zero_keeps_the_plan(sim_factory, chunk):
     cmd = sim.tick()
     assert cmd.mode is TrackerMode.TRACKING and sim.tracker.diagnostics()["path_aborts"] == 0
     assert cmd.q_ref[0] == pytest.approx(reference[0], abs=0.01)
+
+
+def test_late_joint_states_command_zero_effort_while_the_plan_goes_on(sim_factory, chunk):
+    sim = sim_factory()
+    sim.tick()
+    assert sim.submit(chunk(sim.now, lambda t: 0.3 * math.sin(3 * t))).accepted
+    sim.run(0.3)
+    assert sim.log[-1][1].mode is TrackerMode.TRACKING
+    sim.ideal_plant = False
+    sim.q, sim.qd = [0.2] * 6, [0.5, -0.5, 1.0, 0.0, 2.0, -1.0]
+    late = sim.now - 0.02  # beyond late_state_s (0.01), within state_timeout_s (0.1)
+    before = sim.log[-1][1].q_ref
+    cmd = sim.tick(stamp=late)
+    assert cmd.mode is TrackerMode.TRACKING and cmd.send and cmd.effort_nm == (0.0,) * 6
+    assert cmd.q_ref != before  # the reference moves on along the plan
+    assert sim.tracker.diagnostics()["late_state_ticks"] == 1
+    cmd = sim.tick()  # fresh again: PD
+    assert cmd.mode is TrackerMode.TRACKING and any(cmd.effort_nm)
+
+
+def test_unsafe_speed_brakes_rejects_chunks_then_holds_where_the_arm_stopped(sim_factory,
+                                                                             chunk):
+    sim = sim_factory()
+    sim.tick()
+    assert sim.submit(chunk(sim.now, lambda t: 0.1)).accepted
+    sim.run(0.1)
+    sim.ideal_plant = False
+    limit = sim.config.overspeed_factor * sim.config.velocity_limits[1]
+    sim.qd = [0.0, limit + 0.5, 0.0, 0.0, 0.0, 0.0]
+    cmd = sim.tick()
+    assert cmd.mode is TrackerMode.FAULT and cmd.send and "joint_2" in cmd.fault
+    assert cmd.effort_nm[1] == pytest.approx(-sim.config.effort_limits[1])  # kd*v saturates
+    assert sim.submit(chunk(sim.now, lambda t: 0.1)).reason is RejectReason.STATE_UNAVAILABLE
+    # Still braking while any joint is faster than overspeed_resume_rad_s, even below the limit.
+    sim.qd = [0.0, 0.2, 0.0, 0.0, 0.0, 0.0]
+    cmd = sim.tick()
+    assert cmd.mode is TrackerMode.FAULT and cmd.effort_nm[1] == pytest.approx(
+        -sim.config.kd[1] * 0.2)
+    sim.q, sim.qd = [0.4] * 6, [0.01] * 6
+    cmd = sim.tick()
+    assert cmd.mode is TrackerMode.HOLDING and cmd.q_ref == pytest.approx((0.4,) * 6)
+    info = sim.tracker.diagnostics()
+    assert info["overspeed_stops"] == 1 and info["fault"] == ""
+    assert sim.submit(chunk(sim.now, lambda t: 0.4)).accepted
+
+
+def _max_speed_with_delayed_states(config, delay_s: float, seconds: float = 3.0) -> float:
+    """Tracker holding a 0.5 kg m^2 joint (passive damping 2 N m s/rad) pushed to 1 rad/s,
+    its states reaching the tracker ``delay_s`` late."""
+    tracker = PdTracker(config)
+    inertia, friction, h = 0.5, 2.0, H
+    q, qd = [0.3] * 6, [0.0] * 6
+    tracker.tick(0.0, q, qd, 0.0)
+    qd = [1.0] * 6
+    delay = round(delay_s / h)
+    history = [(-delay_s + k * h, list(q), [0.0] * 6) for k in range(delay)]
+    peak = 0.0
+    for i in range(1, int(seconds / h)):
+        now = i * h
+        history.append((now, list(q), list(qd)))
+        stamp, q_seen, qd_seen = history[-1 - delay]
+        effort = tracker.tick(now, q_seen, qd_seen, stamp).effort_nm
+        qd = [v + (e - friction * v) / inertia * h for v, e in zip(qd, effort)]
+        q = [x + v * h for x, v in zip(q, qd)]
+        peak = max(peak, max(map(abs, qd)))
+    return peak
+
+
+def test_late_states_cannot_drive_the_loop_unstable():
+    """PD on 30 ms old states turns a 1 rad/s push into an oscillation that grows until the
+    efforts saturate; with the late-state hold the pushed arm only coasts to rest."""
+    plain = PdTrackerConfig(late_state_s=0.0, overspeed_factor=0.0, path_tolerance=0.0)
+    safe = PdTrackerConfig(path_tolerance=0.0)
+    assert _max_speed_with_delayed_states(plain, 0.03) > 5.0
+    assert _max_speed_with_delayed_states(safe, 0.03) <= 1.0
+    assert _max_speed_with_delayed_states(safe, 0.002) <= 1.0  # fresh: held by the PD law

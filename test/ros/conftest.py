@@ -50,6 +50,18 @@ class NodeProcess:
 
 
 @pytest.fixture
+def cpu_burners():
+    """Two CPU-burning processes per core next to the test, as a busy robot computer has;
+    stopped by PID."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+             for _ in range(2 * (os.cpu_count() or 1))]
+    yield procs
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture
 def start_node(tmp_path):
     started = []
 

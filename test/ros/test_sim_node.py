@@ -295,7 +295,7 @@ def test_sim_clock_runs_at_real_time_factor_and_episodes_auto_reset(ros, start_n
     node = start_node("diffusion_policy_ros.ros.sim_node", SIM_PARAMS + [
         "-p", "use_sim_time:=true", "-p", "publish_clock:=true", "-p", "real_time_factor:=2.0",
         "-p", "resolution:=[320, 180]", "-p", "time_limit_s:=1.0", "-p", "auto_reset:=true",
-        "-p", "diagnostics_period_s:=0.5"])
+        "-p", "diagnostics_period_s:=0.5", "-p", "lockstep:=false"])
     h = SimHarness(ros)
     ros.spin_until(lambda: len(h.clock) > 10 and len(h.joint_states) > 10, 30.0,
                    lambda: "/clock:\n" + node.log())
@@ -333,6 +333,46 @@ def test_sim_clock_runs_at_real_time_factor_and_episodes_auto_reset(ros, start_n
     ended = [e for e in h.episodes if e["status"] != "running"]
     assert ended and all(e["status"] == "timeout" and e["elapsed_s"] >= 1.0 for e in ended)
     assert len(h.instructions) >= 2
+    assert node.alive(), node.log()
+
+
+def test_lockstep_steps_once_per_command_and_free_runs_without_one(ros, start_node):
+    node = start_node("diffusion_policy_ros.ros.sim_node", SIM_PARAMS + [
+        "-p", "use_sim_time:=true", "-p", "publish_clock:=true", "-p", "resolution:=[320, 180]",
+        "-p", "diagnostics_period_s:=0.2", "-p", "lockstep_timeout_s:=0.5"])
+    h = SimHarness(ros, camera=False)
+    ros.spin_until(lambda: h.effort_pub.get_subscription_count() > 0 and h.joint_states, 30.0,
+                   lambda: "discovery\n" + node.log())
+
+    def answer(count):
+        """One command per new joint_states, as pd_tracker_node on tick_source joint_states."""
+        for _ in range(count):
+            seen = len(h.joint_states)
+            h.effort([0.0] * 6)
+            ros.spin_until(lambda n=seen: len(h.joint_states) > n, 10.0,
+                           lambda: f"the next joint_states\n{node.log()}")
+
+    answer(5)  # any free-run from before the first command ends with it
+    ros.spin_until(lambda: h.value("lockstep", "") == "on", 10.0,
+                   lambda: f"lockstep on: {h.diagnostics()}")
+    answer(3)
+    start = len(h.joint_states)
+    answer(100)
+    # Synchronous: one 2 ms physics step (one joint_states) per command, none without.
+    got = h.joint_states[start - 1:]
+    assert len(got) == 101, len(got)
+    steps_ms = np.diff([s for s, *_ in got]) * 1e-6
+    assert np.allclose(steps_ms, 2.0, atol=0.01), steps_ms
+    waited = len(h.joint_states)
+    ros.spin_for(0.2)  # within lockstep_timeout_s: the sim waits for the next command
+    assert len(h.joint_states) == waited
+    # Silence beyond lockstep_timeout_s: free-run with expiring efforts, counted.
+    ros.spin_until(lambda: h.value("lockstep", "") == "free_run"
+                   and int(h.value("lockstep_timeouts")) >= 1
+                   and len(h.joint_states) > waited + 50, 10.0,
+                   lambda: f"free run: {h.diagnostics()}")
+    assert "free-running with expiring efforts" in node.log()
+    assert float(h.value("lockstep_wait_ms_p50")) > 0
     assert node.alive(), node.log()
 
 

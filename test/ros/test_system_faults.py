@@ -8,12 +8,19 @@ policy stops acting within ``max_obs_age_s`` and says why; the tracker, left
 without chunks, decelerates and holds the arm still; the policy process is
 then killed outright and the tracker keeps holding, so the sim never sees
 stale commands.
+
+Twice: on the wall clock on a quiet machine (a real arm's configuration: the tracker on
+its timer), and on sim time with two CPU burners per core next to the graph (the
+sim's lockstep with a tracker tick per joint_states): there the sim slows down and
+the loop stays the one that was tuned, so the same holds, with no path abort and no
+unsafe-speed stop.
 """
 
 import math
 
 import pytest
 from diagnostic_msgs.msg import DiagnosticArray
+from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
 from std_msgs.msg import String
@@ -65,20 +72,29 @@ class Graph:
         return [c for c in self.chunks if c[0] > t_ns]
 
 
-def test_camera_loss_and_policy_crash_leave_the_arm_holding(ros, start_node, tiny_checkpoint):
+@pytest.mark.parametrize("saturated", [False, True],
+                         ids=["quiet-wall-clock", "saturated-sim-time"])
+def test_camera_loss_and_policy_crash_leave_the_arm_holding(ros, start_node, tiny_checkpoint,
+                                                            saturated, request):
     max_obs_age_s = load_config(PolicyNodeConfig, CONFIG_DIR / "policy_node.yaml",
                                 "policy_node").max_obs_age_s
+    clock = []
+    if saturated:
+        request.getfixturevalue("cpu_burners")
+        clock = ["-p", "use_sim_time:=true"]
+        ros.node.set_parameters([Parameter("use_sim_time", value=True)])
     g = Graph(ros)
     sim = start_node(NODES + "sim_node", ["--params-file", str(CONFIG_DIR / "sim.yaml"),
-                                          "-p", "time_limit_s:=600.0"])
+                                          "-p", "time_limit_s:=600.0",
+                                          *(["-p", "publish_clock:=true"] if saturated else [])])
     sync = start_node(NODES + "rgbd_sync_node",
-                      ["--params-file", str(CONFIG_DIR / "rgbd_sync.yaml")])
+                      ["--params-file", str(CONFIG_DIR / "rgbd_sync.yaml"), *clock])
     policy = start_node(NODES + "policy_node",
                         ["--params-file", str(CONFIG_DIR / "policy_node.yaml"),
                          "-p", f"checkpoint:={tiny_checkpoint}", "-p", "autostart:=true",
-                         "-p", "device:=cpu", "-p", "diagnostics_period_s:=0.2"])
+                         "-p", "device:=cpu", "-p", "diagnostics_period_s:=0.2", *clock])
     tracker = start_node(NODES + "pd_tracker_node",
-                         ["--params-file", str(CONFIG_DIR / "pd_tracker.yaml")])
+                         ["--params-file", str(CONFIG_DIR / "pd_tracker.yaml"), *clock])
     nodes = {"sim_node": sim, "rgbd_sync_node": sync, "policy_node": policy,
              "pd_tracker_node": tracker}
 
@@ -122,3 +138,9 @@ def test_camera_loss_and_policy_crash_leave_the_arm_holding(ros, start_node, tin
     assert g.value("sim_node", "commands_stale") == "false", g.diag.get("sim_node")
     for name in ("sim_node", "pd_tracker_node"):
         assert nodes[name].alive(), logs()
+    if saturated:
+        ros.spin_until(lambda: g.value("pd_tracker_node", "tick_source") == "joint_states"
+                       and g.value("sim_node", "lockstep") == "on", 10.0,
+                       lambda: f"lockstep diagnostics: {g.diag}")
+        assert g.value("pd_tracker_node", "path_aborts") == "0", g.diag
+        assert g.value("pd_tracker_node", "overspeed_stops") == "0", g.diag
