@@ -16,4 +16,4 @@ export ROS_DOMAIN_ID=${ROS_DOMAIN_ID:-$(( $$ % 90 + 10 ))}
 export ROS_LOG_DIR=${ROS_LOG_DIR:-"$root/build/ros_log/demo-$$"}
 mkdir -p "$ROS_LOG_DIR"
 exec .venv/bin/dpr bringup --episodes 5 --seed 5000 --use-sim-time \
-  --sim-param real_time_factor:=0.5 --out build/demo "$@"
+  --sim-param real_time_factor:=1.0 --out build/demo "$@"

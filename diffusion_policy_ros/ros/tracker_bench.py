@@ -1,11 +1,12 @@
-"""``dpr bench tracker``: pd_tracker_node loop timing at 500 Hz and 1 kHz, with and without load.
+"""``dpr bench tracker``: pd_tracker_node loop timing at 500 Hz and 1 kHz, under three loads.
 
-The node runs as its own process with ``config/pd_tracker.yaml``; this process
-feeds ``joint_states`` (250 Hz) and action chunks (10 Hz) and reads the node's
-own ``/diagnostics`` (period error and tick compute time over its last 5000
-ticks). The load is a separate process doing policy-sized work: torch matrix
-products on one thread for 50 ms out of every 100 ms (a DDIM-10 chunk on this
-CPU; the policy keeps to one intra-op thread so the tracker keeps a core).
+The node runs as its own process with ``config/pd_tracker.yaml`` (on its timer, as on
+a real arm); this process feeds ``joint_states`` (250 Hz) and action chunks (10 Hz)
+and reads the node's own ``/diagnostics`` (period error and tick compute time over
+its last 5000 ticks). Loads: ``none``; ``policy``, a separate process doing
+policy-sized work (torch matrix products on one thread for 50 ms out of every
+100 ms; the policy keeps to one intra-op thread so the tracker keeps a core);
+``saturated``, that plus two CPU-burning processes per core (a busy robot computer).
 """
 
 from __future__ import annotations
@@ -44,12 +45,16 @@ def policy_sized_load(stop_at: float, busy_s: float = 0.05, period_s: float = 0.
         time.sleep(max(0.0, period_s - (time.time() - start)))
 
 
-def _measure(rate_hz: float, load: bool, seconds: float, priority: int) -> dict[str, str]:
+LOADS = ("none", "policy", "saturated")
+
+
+def _measure(rate_hz: float, load: str, seconds: float, priority: int) -> dict[str, str]:
     proc = subprocess.Popen([sys.executable, "-m", "diffusion_policy_ros.ros.pd_tracker_node",
                              "--ros-args", "--params-file", str(CONFIG_DIR / "pd_tracker.yaml"),
                              "-p", f"rate_hz:={rate_hz}", "-p", f"realtime_priority:={priority}"],
                             stdout=subprocess.DEVNULL)
-    loader = None
+    loader: multiprocessing.Process | None = None
+    burners: list[subprocess.Popen] = []
     node = rclpy.create_node("tracker_bench")
     executor = SingleThreadedExecutor()
     executor.add_node(node)
@@ -87,10 +92,13 @@ def _measure(rate_hz: float, load: bool, seconds: float, priority: int) -> dict[
         deadline = time.monotonic() + 30.0
         while not latest and time.monotonic() < deadline:
             executor.spin_once(timeout_sec=0.05)
-        if load:
+        if load != "none":
             loader = multiprocessing.Process(target=policy_sized_load,
                                              args=(time.time() + seconds + 2.0,))
             loader.start()
+        if load == "saturated":
+            burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                       for _ in range(2 * (os.cpu_count() or 1))]
         node.create_timer(0.1, publish_chunk)
         end = time.monotonic() + seconds
         while time.monotonic() < end:
@@ -101,6 +109,9 @@ def _measure(rate_hz: float, load: bool, seconds: float, priority: int) -> dict[
             executor.spin_once(timeout_sec=0.05)
         return dict(latest)
     finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
         if loader is not None:
             loader.terminate()
             loader.join()
@@ -116,19 +127,19 @@ def run(seconds: float = 10.0, priorities: tuple[int, ...] = (0, 50)) -> int:
     rows = []
     try:
         for rate_hz in (500.0, 1000.0):
-            for load in (False, True):
+            for load in LOADS:
                 for priority in priorities:
                     rows.append((rate_hz, load, _measure(rate_hz, load, seconds, priority)))
     finally:
         rclpy.try_shutdown()
-    print("| rate | policy-sized load | scheduling | loop rate (Hz) | period error p50 / p99 / "
+    print("| rate | load | scheduling | loop rate (Hz) | period error p50 / p99 / "
           "max (ms) | tick p50 / p99 (ms) |")
     print("|---|---|---|---|---|---|")
     for rate_hz, load, d in rows:
         if not d:
-            print(f"| {rate_hz:.0f} Hz | {'yes' if load else 'no'} | | no diagnostics | | |")
+            print(f"| {rate_hz:.0f} Hz | {load} | | no diagnostics | | |")
             continue
-        print(f"| {rate_hz:.0f} Hz | {'yes' if load else 'no'} | {d['scheduling']} | "
+        print(f"| {rate_hz:.0f} Hz | {load} | {d['scheduling']} | "
               f"{d['loop_rate_hz']} | "
               f"{float(d['period_error_ms_p50']):.3f} / {float(d['period_error_ms_p99']):.3f} / "
               f"{float(d['period_error_ms_max']):.3f} | {float(d['tick_ms_p50']):.3f} / "

@@ -429,8 +429,8 @@ def _max_speed_with_delayed_states(config, delay_s: float, seconds: float = 3.0)
         history.append((now, list(q), list(qd)))
         stamp, q_seen, qd_seen = history[-1 - delay]
         effort = tracker.tick(now, q_seen, qd_seen, stamp).effort_nm
-        qd = [v + (e - friction * v) / inertia * h for v, e in zip(qd, effort)]
-        q = [x + v * h for x, v in zip(q, qd)]
+        qd = [v + (e - friction * v) / inertia * h for v, e in zip(qd, effort, strict=True)]
+        q = [x + v * h for x, v in zip(q, qd, strict=True)]
         peak = max(peak, max(map(abs, qd)))
     return peak
 
