@@ -169,8 +169,8 @@ class PdTracker:
         if fault:
             return self._fault_tick(now_s, fault)
         q, qd = _floats(q), _floats(qd)
-        late = self.config.late_state_s
-        late = bool(late) and now_s - state_stamp_s > late
+        late_s = self.config.late_state_s
+        late = bool(late_s) and now_s - state_stamp_s > late_s
         if self._braking or (not late and self._overspeed(qd)):
             return self._braking_tick(now_s, q, qd, gripper_opening_m, late)
         lim = self.limiter
@@ -255,9 +255,9 @@ class PdTracker:
                 return True
         return False
 
-    def _damping(self, qd: list[float]) -> list[float]:
-        return [min(lim, max(-lim, -kd * v))
-                for kd, v, lim in zip(self._kd, qd, self._effort_limits, strict=True)]
+    def _damping(self, q: list[float], qd: list[float]) -> list[float]:
+        """-kd qd, saturated: the PD law with the reference at the arm, at rest."""
+        return pd_effort(q, [0.0] * self.n, q, qd, self._kp, self._kd, self._effort_limits)[0]
 
     def _braking_tick(self, now_s, q, qd, gripper_opening_m, late: bool) -> TrackerCommand:
         """Unsafe-speed stop: damping only (zero on a late state) until every joint is
@@ -279,7 +279,7 @@ class PdTracker:
             self.timeline.clear()
         self.mode = TrackerMode.FAULT
         self._fault_sent = False  # a state fault during the stop still sends its zero effort
-        effort = (0.0,) * self.n if late else tuple(self._damping(qd))
+        effort = (0.0,) * self.n if late else tuple(self._damping(q, qd))
         return TrackerCommand(effort, self.gripper.opening, tuple(q),
                               (0.0,) * self.n, TrackerMode.FAULT, True, self.fault)
 

@@ -14,8 +14,10 @@ import math
 from diffusion_policy_ros.config import param
 
 BLEND_STRATEGIES = ("latest", "ensemble", "crossfade")
-TICK_SOURCES = ("auto", "timer", "joint_states")
 """How a new chunk takes over from the current one (see ``timeline``)."""
+
+TICK_SOURCES = ("auto", "timer", "joint_states")
+"""What runs the control law (see ``PdTrackerConfig.tick_source``)."""
 
 TWO_PI = 2.0 * math.pi
 

@@ -382,9 +382,11 @@ class SimNode(Node):
 
     # -- loop ---------------------------------------------------------------------------------
 
+    def _lockstep_configured(self) -> bool:
+        return self.config.lockstep and self.config.publish_clock
+
     def _lockstep_active(self) -> bool:
-        cfg = self.config
-        return (cfg.lockstep and cfg.publish_clock and not self._free_run
+        return (self._lockstep_configured() and not self._free_run
                 and self.count_publishers("arm_controller/commands") > 0)
 
     def _loop(self) -> None:
@@ -532,7 +534,7 @@ class SimNode(Node):
             "commands_stale": str(self._stale).lower(),
             "command_age_s": command_age,
             "command_timeouts": str(self.command_timeouts),
-            "lockstep": ("off" if not (cfg.lockstep and cfg.publish_clock)
+            "lockstep": ("off" if not self._lockstep_configured()
                          else "free_run" if self._free_run else "on"),
             "lockstep_timeouts": str(self.lockstep_timeouts),
             "lockstep_wait_ms_p50": f"{self.lockstep_wait_ms.percentile(50):.3f}",

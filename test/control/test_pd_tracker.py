@@ -135,12 +135,18 @@ def test_resume_resyncs_to_the_measured_arm_when_it_was_pushed(sim_factory, chun
     assert sim.tracker.diagnostics()["path_aborts"] == 0
 
 
-def test_stale_joint_states_fault_zero_effort_once_and_recover(sim_factory, chunk):
+def _tracking_a_sine(sim_factory, chunk):
+    """A tracker 0.3 s into a sine chunk, tracking."""
     sim = sim_factory()
     sim.tick()
     assert sim.submit(chunk(sim.now, lambda t: 0.3 * math.sin(3 * t))).accepted
     sim.run(0.3)
     assert sim.log[-1][1].mode is TrackerMode.TRACKING
+    return sim
+
+
+def test_stale_joint_states_fault_zero_effort_once_and_recover(sim_factory, chunk):
+    sim = _tracking_a_sine(sim_factory, chunk)
     stale = sim.now - 0.05
     sim.run(0.05)  # still fresh enough (state_timeout_s 0.1)
     assert sim.log[-1][1].mode is TrackerMode.TRACKING
@@ -370,11 +376,7 @@ def test_path_tolerance_zero_keeps_the_plan(sim_factory, chunk):
 
 
 def test_late_joint_states_command_zero_effort_while_the_plan_goes_on(sim_factory, chunk):
-    sim = sim_factory()
-    sim.tick()
-    assert sim.submit(chunk(sim.now, lambda t: 0.3 * math.sin(3 * t))).accepted
-    sim.run(0.3)
-    assert sim.log[-1][1].mode is TrackerMode.TRACKING
+    sim = _tracking_a_sine(sim_factory, chunk)
     sim.ideal_plant = False
     sim.q, sim.qd = [0.2] * 6, [0.5, -0.5, 1.0, 0.0, 2.0, -1.0]
     late = sim.now - 0.02  # beyond late_state_s (0.01), within state_timeout_s (0.1)
