@@ -155,6 +155,30 @@ def _prune(args: argparse.Namespace) -> int:
     return 0
 
 
+def _finetune(args: argparse.Namespace) -> int:
+    from diffusion_policy_ros.learning.finetune import FinetuneStopped, finetune
+    from diffusion_policy_ros.learning.finetune_config import load_finetune_config
+    from diffusion_policy_ros.policy.checkpoint import CheckpointError
+
+    overrides = {"iterations": args.iterations, "num_envs": args.num_envs,
+                 "steps_per_env": args.steps_per_env, "max_minutes": args.max_minutes,
+                 "device": args.device, "num_threads": args.threads,
+                 "depth_noise": True if args.depth_noise else None,
+                 "switch_probability": args.switch_probability}
+    try:
+        config = load_finetune_config(args.finetune_config or CONFIG_DIR / "finetune.yaml",
+                                      overrides)
+        path = finetune(args.init, config, args.out, resume=args.resume)
+    except (CheckpointError, FileExistsError, ValueError) as exc:
+        print(f"dpr finetune: {exc}", file=sys.stderr)
+        return 2
+    except FinetuneStopped as exc:
+        print(f"dpr finetune: {exc}", file=sys.stderr)
+        return 3
+    print(f"checkpoint: {path}")
+    return 0
+
+
 def _export(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -368,6 +392,27 @@ def build_parser() -> argparse.ArgumentParser:
     prune.add_argument("--device", choices=["auto", "cpu", "cuda", "npu"])
     prune.set_defaults(func=_prune)
 
+    tune = sub.add_parser("finetune", help="PPO fine-tuning of a policy in simulation "
+                          "(vectorised envs; torchrun for several processes or machines)")
+    tune.add_argument("--init", default=str(SHIPPED_CHECKPOINT),
+                      help="checkpoint to start from (default: the shipped policy)")
+    tune.add_argument("--out", required=True, help="run directory (checkpoint/, log.jsonl, "
+                      "tb/, learning_curve.png, training_state.*)")
+    tune.add_argument("--finetune-config", help="settings YAML (default config/finetune.yaml)")
+    tune.add_argument("--iterations", type=int)
+    tune.add_argument("--num-envs", type=int, help="simulations per process")
+    tune.add_argument("--steps-per-env", type=int, help="control steps per env and iteration")
+    tune.add_argument("--depth-noise", action="store_true", help="train with the Kinect's "
+                      "time-of-flight depth noise")
+    tune.add_argument("--switch-probability", type=float, help="share of episodes with an "
+                      "instruction switch after 1 s")
+    tune.add_argument("--max-minutes", type=float)
+    tune.add_argument("--threads", type=int, help="torch intra-op threads of the learner")
+    tune.add_argument("--device", choices=["auto", "cpu", "cuda", "npu"])
+    tune.add_argument("--resume", action="store_true", help="continue the run in --out from "
+                      "its last checkpoint, exactly")
+    tune.set_defaults(func=_finetune)
+
     export = sub.add_parser("export", help="static graphs (ONNX) of a checkpoint for "
                             "policy_node's onnxruntime backend, checked against torch")
     export.add_argument("--checkpoint", default=str(SHIPPED_CHECKPOINT),
@@ -498,6 +543,14 @@ def build_parser() -> argparse.ArgumentParser:
                                     "strategy (--episodes N)", add_help=False)
     tracking.set_defaults(func=lambda args: _run_main("diffusion_policy_ros.sim.tracking_eval",
                                                       args.passthrough), passthrough=[])
+    gae = bench_sub.add_parser("gae", help="GAE over a whole rollout at once vs the Python "
+                               "loop (median ms, speed-up, max difference)", add_help=False)
+    gae.set_defaults(func=lambda args: _run_main("diffusion_policy_ros.learning.bench_gae",
+                                                 args.passthrough), passthrough=[])
+    rollouts = bench_sub.add_parser("rollouts", help="dpr finetune's rollout throughput "
+                                    "(env steps/s) for N envs (--envs 1 2)", add_help=False)
+    rollouts.set_defaults(func=lambda args: _run_main(
+        "diffusion_policy_ros.learning.bench_rollouts", args.passthrough), passthrough=[])
     tick = bench_sub.add_parser("tick", help="PdTracker tick and submit_chunk time (no ROS)")
     tick.set_defaults(func=lambda args: _run_main("diffusion_policy_ros.control.benchmark"))
 

@@ -16,15 +16,20 @@ import numpy as np
 import torch
 
 
-def lowpass_projection(horizon: int, terms: int) -> torch.Tensor:
-    """(horizon, horizon) orthogonal projection onto the first ``terms`` orthonormal
-    cosine basis vectors cos(pi * (n + 1/2) * k / horizon), k = 0 .. terms - 1."""
+def lowpass_basis(horizon: int, terms: int) -> torch.Tensor:
+    """(horizon, terms) orthonormal columns cos(pi * (n + 1/2) * k / horizon), k < terms."""
     if not 1 <= terms <= horizon:
         raise ValueError(f"terms must be in 1..{horizon}, got {terms}")
     n = np.arange(horizon) + 0.5
     basis = np.cos(np.pi * np.outer(n, np.arange(terms)) / horizon)
     basis /= np.linalg.norm(basis, axis=0)
-    return torch.from_numpy(basis @ basis.T).float()
+    return torch.from_numpy(basis).float()
+
+
+def lowpass_projection(horizon: int, terms: int) -> torch.Tensor:
+    """(horizon, horizon) orthogonal projection onto the ``lowpass_basis``."""
+    basis = lowpass_basis(horizon, terms)
+    return basis @ basis.T
 
 
 def smooth_arm_paths(chunk: torch.Tensor, projection: torch.Tensor) -> torch.Tensor:

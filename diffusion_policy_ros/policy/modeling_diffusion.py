@@ -272,10 +272,14 @@ class DiffusionPolicy(nn.Module):
         """(S, batch, T, D) standard normal draws for ``denoise``: S = 1 for DDIM, one per
         step for consistency sampling (each step after the first re-noises)."""
         c = self.config
+        return torch.randn((self.noise_draws(num_inference_steps), batch, c.horizon,
+                            c.action_dim), generator=generator, device=device)
+
+    def noise_draws(self, num_inference_steps: int | None = None) -> int:
+        """S of ``initial_noise``: normal draws per chunk the sampler consumes."""
+        c = self.config
         steps = num_inference_steps or c.num_inference_steps
-        draws = steps if c.sampler == "consistency" else 1
-        return torch.randn((draws, batch, c.horizon, c.action_dim), generator=generator,
-                           device=device)
+        return steps if c.sampler == "consistency" else 1
 
     def denoise(self, cond: torch.Tensor, noises: torch.Tensor,
                 num_inference_steps: int | None = None,
@@ -345,6 +349,11 @@ class DiffusionPolicy(nn.Module):
             spread = (samples[:, :, None] - samples[:, None]).abs().sum(dim=(3, 4)).sum(dim=2)
             pick = torch.nn.functional.one_hot(spread.argmin(dim=1), k).to(samples.dtype)
             samples = torch.einsum("bk,bktd->btd", pick, samples)
+        return self.to_joint_targets(samples, state)
+
+    def to_joint_targets(self, samples: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        """Normalised (B, T, D) chunks -> joint targets in physical units (rad, gripper m),
+        relative to the newest of the joint states (B, To, D) when the policy models offsets."""
         chunk = self.normalizer.unnormalize(ACTION, samples)
         if self.config.relative_actions:
             chunk = chunk + state[:, -1:, :].to(chunk.dtype)

@@ -1,0 +1,659 @@
+"""``dpr finetune``: PPO fine-tuning of a diffusion policy in the simulation.
+
+One iteration = rollouts, then the update:
+
+1. **Rollouts** (``RolloutCollector``): ``num_envs`` ``GraspRlEnv`` simulations in
+   worker processes (gymnasium ``AsyncVectorEnv``); the policy runs batched over them
+   in this process, one chunk per control step, with Gaussian exploration of the arm
+   paths around its sampler's chunk (``ppo_policy.py``). Every env runs whole
+   episodes until it has collected ``steps_per_env`` steps, so an iteration holds
+   complete episodes and the last step of each env ends one (no bootstrap, and a
+   resumed run restarts exactly). Each new frame is encoded once and its features
+   kept while it is in the To history. Samples go to a preallocated
+   ``RolloutBuffer`` that is reused across iterations.
+2. **Update** (``PpoLearner``): GAE (gamma, lambda) over the whole buffer at once, advantages
+   normalised (over every rank), then ``epochs`` x ``minibatches`` steps of the clipped
+   surrogate + ``kl_weight`` x KL to the starting policy + ``value_weight`` x the value
+   loss, gradient clipping, early stop at ``target_kl``. The first
+   ``critic_warmup_iterations`` train the value network only.
+
+Two stages, as in the seed: first the encoders and fusion are frozen and the condition
+of each observation is computed once at rollout time and stored (the update runs the
+denoiser and the critic only); from ``frozen_iterations`` on the joint stage stores the
+raw observation history and trains encoders and fusion as well (``encoder_lr``), through
+gradient checkpointing of the observation encoding.
+
+Under ``torchrun`` every process runs its own envs (their episode seeds interleave) and
+DistributedDataParallel averages the gradients (gloo on the CPU, nccl on CUDA, hccl
+on Ascend); rank 0 logs and saves. Output: ``checkpoint/`` (a policy checkpoint that
+``dpr eval``, ``policy_node`` and ``dpr bringup`` load), ``training_state.*`` (exact
+resume: weights, critic, AdamW moments, generator states, episode counters),
+``log.jsonl``, TensorBoard scalars under ``tb/`` and ``learning_curve.png``.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+import json
+import math
+import os
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.utils.checkpoint
+from safetensors.torch import load_file, save_file
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from tqdm import tqdm
+
+from diffusion_policy_ros.learning.finetune_config import FinetuneConfig
+from diffusion_policy_ros.learning.ppo import (
+    RolloutBuffer,
+    clipped_policy_loss,
+    explained_variance,
+    gae_advantages,
+    normalise_advantages,
+)
+from diffusion_policy_ros.learning.ppo_policy import (
+    DiffusionActorCritic,
+    ValueNetwork,
+    gaussian_entropy,
+    gaussian_log_prob,
+)
+from diffusion_policy_ros.learning.rl_env import (
+    GraspRlEnv,
+    NonFiniteStepError,
+    RewardConfig,
+)
+from diffusion_policy_ros.learning.train import _init_distributed, _precision
+from diffusion_policy_ros.policy.checkpoint import load_checkpoint, save_checkpoint
+from diffusion_policy_ros.policy.devices import autocast_context
+from diffusion_policy_ros.policy.features import IMAGE, LANGUAGE, POINTS_RGB, POINTS_XYZ, STATE
+from diffusion_policy_ros.policy.language import LanguageEmbedder
+from diffusion_policy_ros.sim.scene import JOINT_NAMES
+from diffusion_policy_ros.sim.sim_config import load_sim_config
+
+CHECKPOINT_DIR = "checkpoint"
+STATE_TENSORS = "training_state.safetensors"
+STATE_JSON = "training_state.json"
+LOG = "log.jsonl"
+CURVE = "learning_curve.png"
+TERMS = ("success", "distance_improvement", "smoothness")
+
+
+class FinetuneStopped(RuntimeError):
+    """The run stopped before its end for a reason named in the message (a non-finite
+    observation or reward, a dead rollout worker); the last checkpoint is intact."""
+
+
+def make_rl_env(config: FinetuneConfig, seed_start: int, seed_stride: int,
+                image_size, num_points: int) -> GraspRlEnv:
+    """One training env (module level, so worker processes can build it)."""
+    sim = dataclasses.replace(load_sim_config(), time_limit_s=config.time_limit_s)
+    reward = RewardConfig(config.success_weight, config.distance_weight,
+                          config.smoothness_weight)
+    return GraspRlEnv(sim, reward, depth_noise=config.depth_noise,
+                      switch_probability=config.switch_probability, seed_start=seed_start,
+                      seed_stride=seed_stride, image_size=tuple(image_size),
+                      num_points=num_points)
+
+
+def exploration_std(config: FinetuneConfig, iteration: int) -> float:
+    """Linear from ``std_start`` to ``std_min`` over ``std_decay_iterations``."""
+    if config.std_decay_iterations == 0:
+        return config.std_min
+    frac = min(1.0, iteration / config.std_decay_iterations)
+    return config.std_start + frac * (config.std_min - config.std_start)
+
+
+@dataclasses.dataclass
+class EpisodeRecord:
+    seed: int
+    success: bool
+    wrong_object: bool
+    steps: int
+    episode_return: float
+    terms: dict[str, float]
+
+
+class RolloutCollector:
+    """Vectorised envs + the policy batched over them -> a filled ``RolloutBuffer``."""
+
+    def __init__(self, ac: DiffusionActorCritic, reference, config: FinetuneConfig,
+                 device: torch.device, precision: str, rank: int, world: int):
+        self.ac, self.reference, self.config = ac, reference, config
+        self.device, self.precision = device, precision
+        c = ac.config
+        n = config.num_envs
+        self.first_env = rank * n
+        self.total_envs = world * n
+        fns = [functools.partial(make_rl_env, config, 0, 1, c.image_size, c.num_points)
+               for _ in range(n)]
+        if config.vector_env == "async":
+            # Observations through the pipes: gymnasium reads a Text space out of shared
+            # memory only once, so the instruction would never change there.
+            self.envs = gym.vector.AsyncVectorEnv(
+                fns, context="spawn", shared_memory=False,
+                autoreset_mode=gym.vector.AutoresetMode.DISABLED)
+        else:
+            self.envs = gym.vector.SyncVectorEnv(
+                fns, autoreset_mode=gym.vector.AutoresetMode.DISABLED)
+        #: Episodes each env has started (its k in seed + g + k * G), saved for resume.
+        self.episodes_started = np.zeros(n, dtype=np.int64)
+        self.language = LanguageEmbedder(c.language_model)
+        self.generator = torch.Generator(device=device).manual_seed(config.seed + rank)
+        self._buffers: dict[bool, RolloutBuffer] = {}
+
+    def close(self) -> None:
+        try:
+            self.envs.close()
+        except (OSError, EOFError):  # a worker is gone: end the others without asking
+            self.envs.close(terminate=True)
+
+    def _next_seed(self, env: int) -> int:
+        k = int(self.episodes_started[env])
+        self.episodes_started[env] += 1
+        return self.config.seed + self.first_env + env + k * self.total_envs
+
+    def buffer(self, joint: bool) -> RolloutBuffer:
+        """The (reused) buffer of a stage; the joint stage also keeps raw observations."""
+        if joint not in self._buffers:
+            c = self.ac.config
+            to, t, d = c.n_obs_steps, c.horizon, c.action_dim
+            draws = self.ac.policy.noise_draws()
+            fields = {"cond": ((c.cond_dim,), torch.float32), "state": ((to, d), torch.float32),
+                      "elapsed": ((1,), torch.float32), "noises": ((draws, t, d), torch.float32),
+                      "action": (self.ac.action_shape, torch.float32),
+                      "ref_mean": ((t, d), torch.float32),
+                      "logp": ((), torch.float32), "value": ((), torch.float32),
+                      "reward": ((), torch.float32), "done": ((), torch.float32),
+                      "language": ((c.language_dim,), torch.float32)}
+            if joint:
+                h, w = c.image_size
+                fields |= {"image": ((to, 3, h, w), torch.uint8),
+                           "points": ((to, c.num_points, 3), torch.float32),
+                           "colors": ((to, c.num_points, 3), torch.uint8)}
+            capacity = self.config.steps_per_env + int(round(self.config.time_limit_s / 0.1))
+            self._buffers[joint] = RolloutBuffer(fields, capacity, self.config.num_envs)
+        return self._buffers[joint]
+
+    def _embed(self, instructions) -> torch.Tensor:
+        return torch.from_numpy(np.stack([self.language.embed(str(s)) for s in instructions])
+                                ).float().to(self.device)
+
+    def _encode(self, policy, obs: dict, envs: np.ndarray, language: torch.Tensor) -> dict:
+        """Frame features of the newest observation of ``envs`` ((M, ...) each)."""
+        image = torch.from_numpy(obs["image"][envs]).to(self.device).permute(0, 3, 1, 2)
+        xyz = torch.from_numpy(obs["points"][envs]).to(self.device)
+        rgb = torch.from_numpy(obs["point_colors"][envs]).to(self.device)
+        return policy.encode_frames(image, xyz, rgb, language)
+
+    @torch.no_grad()
+    def collect(self, std: float, joint: bool, progress: bool = False,
+                description: str = "") -> tuple[RolloutBuffer, list[EpisodeRecord]]:
+        """Run every env through whole episodes until each has ``steps_per_env`` steps."""
+        cfg, ac, device = self.config, self.ac, self.device
+        to = ac.config.n_obs_steps
+        n = cfg.num_envs
+        buffer = self.buffer(joint)
+        buffer.clear()
+        seeds = [self._next_seed(i) for i in range(n)]
+        obs, _ = self.envs.reset(seed=seeds)
+        features = [None] * n  # per env: deque of To frame-feature dicts
+        frames = [None] * n  # per env: deque of To raw observations
+        instruction = [None] * n
+        steps = np.zeros(n, dtype=np.int64)
+        active = np.ones(n, dtype=bool)
+        totals = [dict(ret=0.0, steps=0, **dict.fromkeys(TERMS, 0.0)) for _ in range(n)]
+        episodes: list[EpisodeRecord] = []
+        current_seed = list(seeds)
+        bar = tqdm(total=n * cfg.steps_per_env, desc=description, unit="step",
+                   disable=not progress, leave=False)
+        t = 0
+        try:
+            while active.any():
+                idx = np.flatnonzero(active)
+                language = self._embed([obs["instruction"][i] for i in idx])
+                with autocast_context(device, self.precision):
+                    new = self._encode(ac.policy, obs, idx, language)
+                for j, i in enumerate(idx):
+                    frame = {k: v[j:j + 1] for k, v in new.items()}
+                    raw = {k: obs[k][i] for k in ("image", "points", "point_colors",
+                                                  "joint_positions")}
+                    text = str(obs["instruction"][i])
+                    if features[i] is None or text != instruction[i]:
+                        # A new episode or instruction: a fresh history, as policy_node.
+                        features[i] = collections.deque([frame] * to, maxlen=to)
+                        frames[i] = collections.deque([raw] * to, maxlen=to)
+                        instruction[i] = text
+                    else:
+                        features[i].append(frame)
+                        frames[i].append(raw)
+                history = {k: torch.stack([torch.cat([f[k] for f in features[i]]) for i in idx])
+                           for k in new}
+                state = torch.from_numpy(np.stack([np.stack([f["joint_positions"]
+                                                             for f in frames[i]])
+                                                   for i in idx])).float().to(device)
+                elapsed = torch.from_numpy(obs["elapsed_s"][idx]).float().to(device)
+                with autocast_context(device, self.precision):
+                    cond, _ = ac.policy.condition_from_frames(history, language, state)
+                    noises = ac.initial_noise(len(idx), self.generator, device)
+                    mean = ac.mean_chunk(cond, noises)
+                    raw_batch = None
+                    if joint:
+                        raw_batch = self._raw_batch(frames, idx, language, state)
+                        ref_cond = self.reference.encode_observation(raw_batch)
+                    else:
+                        ref_cond = cond
+                    ref_mean = self.reference.denoise(ref_cond, noises.transpose(0, 1)).float()
+                cond = cond.float()
+                mean_coefficients = ac.arm_coefficients(mean)
+                action = ac.explore(mean_coefficients, std, self.generator)
+                logp = gaussian_log_prob(action, mean_coefficients, std)
+                value = ac.value(cond, ac.state_features(state), elapsed)
+                chunk = ac.joint_targets(action, mean, state).double().cpu().numpy()
+                if not (np.isfinite(chunk).all() and torch.isfinite(logp).all()
+                        and torch.isfinite(value).all()):
+                    bad = [current_seed[i] for i in idx]
+                    raise NonFiniteStepError(f"non-finite policy output (chunk, log-prob or "
+                                             f"value) for the episodes with seeds {bad}")
+                actions = np.zeros((n, *chunk.shape[1:]))
+                actions[idx] = chunk
+                next_obs, reward, terminated, truncated, info = self.envs.step(actions)
+                ended = (terminated | truncated)[idx]
+                env_idx = torch.from_numpy(idx)
+                record = dict(cond=cond.cpu(), state=state.cpu(), elapsed=elapsed.cpu(),
+                              noises=noises.float().cpu(), action=action.cpu(),
+                              ref_mean=ref_mean.cpu(), logp=logp.cpu(), value=value.cpu(),
+                              reward=torch.from_numpy(reward[idx]).float(),
+                              done=torch.from_numpy(ended).float(), language=language.cpu())
+                if joint:
+                    record |= dict(image=raw_batch[IMAGE].cpu(),
+                                   points=raw_batch[POINTS_XYZ].cpu(),
+                                   colors=raw_batch[POINTS_RGB].cpu())
+                buffer.put(t, env_idx, **record)
+                t += 1
+                bar.update(len(idx))
+                reset = np.zeros(n, dtype=bool)
+                for j, i in enumerate(idx):
+                    steps[i] += 1
+                    tot = totals[i]
+                    tot["ret"] += float(reward[i])
+                    tot["steps"] += 1
+                    for term in TERMS:
+                        tot[term] += float(info["reward_terms"][term][i])
+                    if not ended[j]:
+                        continue
+                    episodes.append(EpisodeRecord(
+                        current_seed[i], bool(info["success"][i]),
+                        bool(info["wrong_object"][i]), tot["steps"], tot["ret"],
+                        {term: tot[term] for term in TERMS}))
+                    totals[i] = dict(ret=0.0, steps=0, **dict.fromkeys(TERMS, 0.0))
+                    features[i] = None
+                    if steps[i] >= cfg.steps_per_env:
+                        active[i] = False
+                    else:
+                        reset[i] = True
+                if reset.any():
+                    seeds = [self._next_seed(i) if reset[i] else None for i in range(n)]
+                    for i in np.flatnonzero(reset):
+                        current_seed[i] = seeds[i]
+                    next_obs, _ = self.envs.reset(seed=seeds, options={"reset_mask": reset})
+                obs = next_obs
+        finally:
+            bar.close()
+        return buffer, episodes
+
+    def _raw_batch(self, frames, idx, language, state) -> dict[str, torch.Tensor]:
+        def stack(key, dtype):
+            return torch.from_numpy(np.stack([np.stack([np.asarray(f[key], dtype)
+                                                        for f in frames[i]]) for i in idx]
+                                             )).to(self.device)
+
+        return {IMAGE: stack("image", np.uint8).permute(0, 1, 4, 2, 3),
+                POINTS_XYZ: stack("points", np.float32),
+                POINTS_RGB: stack("point_colors", np.uint8),
+                STATE: state, LANGUAGE: language}
+
+
+class _PpoObjective(nn.Module):
+    """One minibatch -> the weighted loss and its parts (a module, so DDP sees the call)."""
+
+    def __init__(self, ac: DiffusionActorCritic):
+        super().__init__()
+        self.ac = ac
+
+    def forward(self, mb: dict[str, torch.Tensor], std: float, clip: float, kl_weight: float,
+                value_weight: float, train_policy: bool, joint: bool, precision: str):
+        ac = self.ac
+        device = mb["action"].device
+        with autocast_context(device, precision):
+            if joint:
+                batch = {IMAGE: mb["image"], POINTS_XYZ: mb["points"], POINTS_RGB: mb["colors"],
+                         STATE: mb["state"], LANGUAGE: mb["language"]}
+                cond = torch.utils.checkpoint.checkpoint(
+                    ac.policy.encode_observation, batch, use_reentrant=False)
+            else:
+                cond = mb["cond"]
+            mean = ac.mean_chunk(cond, mb["noises"]) if train_policy else None
+        value = ac.value(cond, ac.state_features(mb["state"]), mb["elapsed"])
+        value_loss = 0.5 * (value - mb["return"]).square().mean()
+        parts = {"value_loss": value_loss}
+        loss = value_weight * value_loss
+        if train_policy:
+            new_logp = gaussian_log_prob(mb["action"], ac.arm_coefficients(mean), std)
+            parts |= clipped_policy_loss(new_logp, mb["logp"], mb["advantage"], clip)
+            parts["kl_ref"] = ac.kl_to_reference(mean, mb["ref_mean"], std).mean()
+            loss = loss + parts["policy_loss"] + kl_weight * parts["kl_ref"]
+        return loss, parts
+
+
+class PpoLearner:
+    """Optimiser, the PPO update and the exact-resume state."""
+
+    def __init__(self, ac: DiffusionActorCritic, config: FinetuneConfig, device: torch.device,
+                 precision: str, world: int):
+        self.ac, self.config, self.device = ac, config, device
+        self.precision, self.world = precision, world
+        p = ac.policy
+        encoders = [getattr(p, name, None) for name in (
+            "rgb_encoder", "point_encoder", "grounding", "target_proj", "tool_target",
+            "proprio_encoder", "fusion")]
+        encoders = [m for m in encoders if m is not None]
+        self.encoder_params = [w for m in encoders for w in m.parameters()]
+        for w in p.parameters():
+            w.requires_grad_(False)
+        for w in p.denoiser.parameters():
+            w.requires_grad_(True)
+        self.optimizer = torch.optim.AdamW([
+            {"params": list(p.denoiser.parameters()), "lr": config.lr},
+            {"params": self.encoder_params, "lr": config.encoder_lr},
+            {"params": list(ac.value.parameters()), "lr": config.value_lr}], weight_decay=0.0)
+        objective = _PpoObjective(ac)
+        self.objective = (DistributedDataParallel(objective, find_unused_parameters=True)
+                          if world > 1 else objective)
+        self._joint = None
+        self.generator = torch.Generator().manual_seed(config.seed)
+
+    def set_stage(self, joint: bool) -> None:
+        if joint == self._joint:
+            return
+        for w in self.encoder_params:
+            w.requires_grad_(joint)
+        if self.world > 1:  # DDP fixes its parameter set at construction
+            self.objective = DistributedDataParallel(_PpoObjective(self.ac),
+                                                     find_unused_parameters=True)
+        self._joint = joint
+
+    def _global_mean_std(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        stats = torch.stack([x.sum(), x.square().sum(), torch.tensor(float(x.numel()))]).double()
+        if self.world > 1:
+            dist.all_reduce(stats)
+        mean = stats[0] / stats[2]
+        var = (stats[1] / stats[2] - mean ** 2).clamp(min=0.0)
+        return mean.float(), var.sqrt().float()
+
+    def _all_mean(self, value: float) -> float:
+        if self.world == 1:
+            return value
+        t = torch.tensor([value], dtype=torch.float64)
+        dist.all_reduce(t)
+        return float(t[0]) / self.world
+
+    def update(self, buffer: RolloutBuffer, std: float, train_policy: bool,
+               joint: bool) -> dict[str, float]:
+        cfg = self.config
+        self.set_stage(joint)
+        steps = buffer.steps()
+        data = buffer.data
+        advantages, returns = gae_advantages(
+            data["reward"][:steps], data["value"][:steps], data["done"][:steps],
+            torch.zeros(buffer.num_envs), cfg.gamma, cfg.gae_lambda)
+        names = ["cond", "state", "elapsed", "noises", "action", "ref_mean", "logp", "value",
+                 "language"] + (["image", "points", "colors"] if joint else [])
+        flat = buffer.flat(names, {"advantage": advantages, "return": returns})
+        mean, spread = self._global_mean_std(flat["advantage"])
+        flat["advantage"] = normalise_advantages(flat["advantage"], mean, spread)
+        flat = {k: v.to(self.device) for k, v in flat.items()}
+        samples = flat["action"].shape[0]
+        if samples < cfg.minibatches:
+            raise ValueError(f"{samples} samples are fewer than {cfg.minibatches} minibatches")
+        sums: dict[str, list[float]] = collections.defaultdict(list)
+        epochs_done = 0
+        params = [w for g in self.optimizer.param_groups for w in g["params"]]
+        for _ in range(cfg.epochs):
+            order = torch.randperm(samples, generator=self.generator)
+            kls = []
+            for part in torch.tensor_split(order, cfg.minibatches):
+                mb = {k: v[part.to(v.device)] for k, v in flat.items()}
+                loss, parts = self.objective(mb, std, cfg.clip, cfg.kl_weight, cfg.value_weight,
+                                             train_policy, joint, self.precision)
+                if not torch.isfinite(loss):
+                    raise FloatingPointError(
+                        f"PPO loss became {float(loss.detach())} "
+                        f"({ {k: float(v.detach()) for k, v in parts.items()} })")
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                sums["grad_norm"].append(float(nn.utils.clip_grad_norm_(params,
+                                                                       cfg.grad_clip_norm)))
+                self.optimizer.step()
+                for k, v in parts.items():
+                    sums[k].append(float(v.detach()))
+                if "approx_kl" in parts:
+                    kls.append(float(parts["approx_kl"]))
+            epochs_done += 1
+            if (train_policy and cfg.target_kl > 0 and kls
+                    and self._all_mean(float(np.mean(kls))) > cfg.target_kl):
+                break
+        out = {k: float(np.mean(v)) for k, v in sums.items()}
+        out["epochs"] = epochs_done
+        out["explained_variance"] = explained_variance(flat["value"].cpu(),
+                                                       flat["return"].cpu())
+        return out
+
+    # -- exact resume -------------------------------------------------------------------
+
+    def save_state(self, out: Path, doc: dict, collector: RolloutCollector) -> None:
+        tensors = {f"policy.{k}": v.detach().cpu().contiguous()
+                   for k, v in self.ac.policy.state_dict().items()}
+        tensors |= {f"value.{k}": v.detach().cpu().contiguous()
+                    for k, v in self.ac.value.state_dict().items()}
+        params = [w for g in self.optimizer.param_groups for w in g["params"]]
+        for i, w in enumerate(params):
+            for key, value in self.optimizer.state.get(w, {}).items():
+                tensors[f"adam.{i}.{key}"] = torch.as_tensor(value).detach().cpu().contiguous()
+        tensors["rng.update"] = self.generator.get_state()
+        tensors["rng.rollout"] = collector.generator.get_state().cpu()
+        tensors["rng.torch"] = torch.get_rng_state()
+        tmp = out / (STATE_TENSORS + ".tmp")
+        save_file(tensors, str(tmp))
+        os.replace(tmp, out / STATE_TENSORS)
+        doc = doc | {"episodes_started": collector.episodes_started.tolist()}
+        tmp = out / (STATE_JSON + ".tmp")
+        tmp.write_text(json.dumps(doc, indent=2))
+        os.replace(tmp, out / STATE_JSON)
+
+    def load_state(self, out: Path, collector: RolloutCollector) -> dict:
+        tensors = load_file(str(out / STATE_TENSORS))
+        doc = json.loads((out / STATE_JSON).read_text())
+        self.ac.policy.load_state_dict({k[7:]: v for k, v in tensors.items()
+                                        if k.startswith("policy.")})
+        self.ac.value.load_state_dict({k[6:]: v for k, v in tensors.items()
+                                       if k.startswith("value.")})
+        params = [w for g in self.optimizer.param_groups for w in g["params"]]
+        for i, w in enumerate(params):
+            state = {key.split(".", 2)[2]: v.to(w.device) for key, v in tensors.items()
+                     if key.startswith(f"adam.{i}.")}
+            if state:
+                self.optimizer.state[w] = state
+        self.generator.set_state(tensors["rng.update"])
+        collector.generator.set_state(tensors["rng.rollout"].to(collector.generator.device))
+        torch.set_rng_state(tensors["rng.torch"])
+        collector.episodes_started[:] = doc["episodes_started"]
+        return doc
+
+
+def _episode_figures(episodes: list[EpisodeRecord], world: int) -> dict[str, float]:
+    """Success, wrong-object rate, return and reward terms per episode, over all ranks."""
+    sums = torch.tensor([len(episodes), sum(e.success for e in episodes),
+                         sum(e.wrong_object for e in episodes),
+                         sum(e.episode_return for e in episodes),
+                         sum(e.steps for e in episodes),
+                         *[sum(e.terms[t] for e in episodes) for t in TERMS]],
+                        dtype=torch.float64)
+    if world > 1:
+        dist.all_reduce(sums)
+    count = max(float(sums[0]), 1.0)
+    out = {"episodes": int(sums[0]), "success_rate": float(sums[1]) / count,
+           "wrong_object_rate": float(sums[2]) / count, "return": float(sums[3]) / count,
+           "env_steps": int(sums[4])}
+    out |= {f"reward_{t}": float(sums[5 + i]) / count for i, t in enumerate(TERMS)}
+    return out
+
+
+def write_learning_curve(records: list[dict], path: Path) -> None:
+    """Success rate, return and KL to the imitation policy against env steps."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = np.cumsum([r["env_steps"] for r in records])
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.2))
+    axes[0].plot(steps, [r["success_rate"] for r in records], marker=".")
+    axes[0].set(ylim=(0, 1.02), ylabel="rollout success rate")
+    axes[1].plot(steps, [r["return"] for r in records], marker=".")
+    axes[1].set(ylabel="return per episode")
+    axes[2].plot(steps, [r.get("kl_ref", float("nan")) for r in records], marker=".")
+    axes[2].set(ylabel="KL to imitation policy")
+    for ax in axes:
+        ax.set_xlabel("env steps")
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def finetune(init: str | Path, config: FinetuneConfig, out: str | Path, resume: bool = False,
+             progress: bool = True) -> Path:
+    """Fine-tune the checkpoint ``init`` with PPO; returns ``out/checkpoint``.
+
+    Raises ``FinetuneStopped`` when an iteration cannot complete (the reason names the
+    env seed or the dead worker); ``FileExistsError`` for a used ``out`` without ``resume``.
+    """
+    out = Path(out)
+    d, device = _init_distributed(config.device)
+    if config.num_threads:
+        torch.set_num_threads(config.num_threads)
+    precision = _precision(config.precision, device)
+    if d.world > 1:
+        dist.barrier()
+    resuming = resume and (out / STATE_JSON).exists()
+    if out.exists() and any(out.iterdir()) and not resume:
+        raise FileExistsError(f"{out} is not empty; pass --resume to continue that run")
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(config.seed + d.rank)
+    policy, metadata = load_checkpoint(init, joint_names=list(JOINT_NAMES), device=device)
+    reference, _ = load_checkpoint(init, device=device)
+    for w in reference.parameters():
+        w.requires_grad_(False)
+    c = policy.config
+    value = ValueNetwork(c.cond_dim, c.state_dim, config.value_hidden,
+                         config.time_limit_s).to(device)
+    ac = DiffusionActorCritic(policy, value)
+    learner = PpoLearner(ac, config, device, precision, d.world)
+    collector = RolloutCollector(ac, reference, config, device, precision, d.rank, d.world)
+    iteration, env_steps, records = 0, 0, []
+    if resuming:
+        doc = learner.load_state(out, collector)
+        iteration, env_steps = doc["iteration"], doc["env_steps"]
+        records = [json.loads(line) for line in (out / LOG).read_text().splitlines()
+                   if line.strip()][:iteration] if (out / LOG).exists() else []
+    writer = None
+    if d.main:
+        from torch.utils.tensorboard import SummaryWriter
+
+        writer = SummaryWriter(str(out / "tb"), purge_step=iteration + 1)
+    source = {"init": str(Path(init).resolve()), "init_weights_sha256":
+              metadata.get("weights_sha256")}
+
+    def save(final: bool) -> None:
+        if d.main:
+            save_checkpoint(policy, out / CHECKPOINT_DIR, dataset_id=f"PPO fine-tuning of "
+                            f"{source['init']} in simulation", extra={
+                                "finetune": {"iterations_done": iteration,
+                                             "env_steps": env_steps, "final": final,
+                                             "config": dataclasses.asdict(config), **source}})
+            learner.save_state(out, {"iteration": iteration, "env_steps": env_steps},
+                               collector)
+            if records:
+                write_learning_curve(records, out / CURVE)
+
+    start = time.monotonic()
+    try:
+        with open(out / LOG, "w", encoding="utf-8") as log:
+            for record in records:  # up to the checkpoint resumed from
+                log.write(json.dumps(record) + "\n")
+            while iteration < config.iterations:
+                joint = iteration >= config.frozen_iterations
+                train_policy = iteration >= config.critic_warmup_iterations
+                std = exploration_std(config, iteration)
+                t0 = time.monotonic()
+                try:
+                    buffer, episodes = collector.collect(
+                        std, joint, progress=progress and d.main,
+                        description=f"iteration {iteration + 1}/{config.iterations}")
+                except NonFiniteStepError as exc:
+                    raise FinetuneStopped(f"iteration {iteration + 1} stopped: {exc}; the "
+                                          "last checkpoint is intact") from exc
+                except (EOFError, BrokenPipeError, ConnectionError) as exc:
+                    raise FinetuneStopped(
+                        f"iteration {iteration + 1} stopped: a rollout worker died "
+                        f"({type(exc).__name__}: {exc}); resume with --resume from the last "
+                        "checkpoint") from exc
+                t1 = time.monotonic()
+                stats = learner.update(buffer, std, train_policy, joint)
+                t2 = time.monotonic()
+                iteration += 1
+                figures = _episode_figures(episodes, d.world)
+                env_steps += figures["env_steps"]
+                record = {"iteration": iteration, "stage": "joint" if joint else "frozen",
+                          "policy_trained": train_policy, **figures, "env_steps_total":
+                          env_steps, "std": std, "entropy": gaussian_entropy(std), **stats,
+                          "rollout_s": round(t1 - t0, 2), "update_s": round(t2 - t1, 2),
+                          "env_steps_per_s": figures["env_steps"] / max(t1 - t0, 1e-9)}
+                records.append(record)
+                if d.main:
+                    log.write(json.dumps(record) + "\n")
+                    log.flush()
+                    for key, val in record.items():
+                        if isinstance(val, int | float) and not isinstance(val, bool) \
+                                and math.isfinite(val):
+                            writer.add_scalar(f"ppo/{key}", val, iteration)
+                    writer.flush()
+                    if progress:
+                        tqdm.write(f"iteration {iteration}: success {figures['success_rate']:.2f}"
+                                   f" over {figures['episodes']} episodes, return "
+                                   f"{figures['return']:.2f}, KL to imitation "
+                                   f"{stats.get('kl_ref', 0.0):.4f}, "
+                                   f"{record['env_steps_per_s']:.1f} env steps/s")
+                out_of_time = (config.max_minutes > 0
+                               and time.monotonic() - start > 60 * config.max_minutes)
+                done = iteration >= config.iterations or out_of_time
+                if iteration % config.checkpoint_every == 0 or done:
+                    save(final=iteration >= config.iterations)
+                if out_of_time:
+                    break
+    finally:
+        collector.close()
+        if writer is not None:
+            writer.close()
+        if d.world > 1:
+            dist.destroy_process_group()
+    return out / CHECKPOINT_DIR
