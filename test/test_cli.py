@@ -25,6 +25,9 @@ from diffusion_policy_ros.cli import build_parser, main
                                   ["replay", "--bag", "b", "--publish", "--rate", "2.0",
                                    "--no-clock", "--topics", "joint_states", "instruction"],
                                   ["sync-demo", "--seconds", "1"],
+                                  ["finetune", "--out", "o", "--num-envs", "2", "--resume"],
+                                  ["bench", "gae", "--repeats", "2"],
+                                  ["bench", "rollouts", "--envs", "1"],
                                   ["bringup", "--sim", "--episodes", "2", "--instruction",
                                    "pick up the red cube", "--checkpoint", "c", "--seed", "3",
                                    "--out", "o", "--sim-param", "time_limit_s:=5.0"]])
@@ -58,3 +61,20 @@ def test_unknown_option_is_an_error():
 def test_unknown_subcommand_exits_with_usage():
     with pytest.raises(SystemExit):
         build_parser().parse_args(["fly"])
+
+
+@pytest.mark.parametrize("command", [["eval", "--episodes", "1"], ["export"],
+                                     ["finetune", "--out", "run"]])
+def test_a_corrupt_checkpoint_is_one_line_and_exit_2_in_every_command(command, tmp_path,
+                                                                     capsys):
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "metadata.json").write_text("{not json")
+    flag = "--init" if command[0] == "finetune" else "--checkpoint"
+    argv = [*command, flag, str(bad)]
+    if command[0] == "finetune":
+        argv[2] = str(tmp_path / "run")
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"dpr {command[0]}: ") and "not valid JSON" in err
+    assert len(err.splitlines()) == 1

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 from rosbags.rosbag2 import CompressionFormat, CompressionMode, Reader, StoragePlugin, Writer
 
+from diffusion_policy_ros.errors import InputError
 from diffusion_policy_ros.learning import bag_messages as bm
 from diffusion_policy_ros.perception.image_decoding import FrameRejected, RawImage
 from diffusion_policy_ros.perception.pipeline import RgbdObservationPipeline, RgbdSyncConfig
@@ -41,7 +42,7 @@ TOPIC_CAMERA_INFO = "camera/rgb/camera_info"
 JOINT_NAMES = ("joint_1", "joint_2", "joint_3", "joint_4", "joint_5", "joint_6", "gripper_joint")
 
 
-class BagError(RuntimeError):
+class BagError(RuntimeError, InputError):
     """A bag that cannot be read as an episode (corrupt, truncated, missing topics)."""
 
 

@@ -52,6 +52,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
+from diffusion_policy_ros.errors import RunStopped
 from diffusion_policy_ros.learning.finetune_config import FinetuneConfig
 from diffusion_policy_ros.learning.ppo import (
     RolloutBuffer,
@@ -87,7 +88,7 @@ CURVE = "learning_curve.png"
 TERMS = ("success", "distance_improvement", "smoothness")
 
 
-class FinetuneStopped(RuntimeError):
+class FinetuneStopped(RuntimeError, RunStopped):
     """The run stopped before its end for a reason named in the message (a non-finite
     observation or reward, a dead rollout worker); the last checkpoint is intact."""
 

@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from diffusion_policy_ros.config import SHIPPED_CHECKPOINT
+from diffusion_policy_ros.errors import InputError
 from diffusion_policy_ros.learning.dataset import episode_instructions
 from diffusion_policy_ros.learning.episode_bag import JOINT_NAMES, EpisodeRecord, read_episode
 
@@ -44,7 +45,7 @@ ARM = slice(0, 6)
 GRIPPER = 6
 
 
-class ReplayError(RuntimeError):
+class ReplayError(RuntimeError, InputError):
     """Replay cannot run (no checkpoint, report exists, policy and bag do not fit)."""
 
 

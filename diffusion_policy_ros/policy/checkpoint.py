@@ -30,6 +30,7 @@ from safetensors.torch import load_file, save_file
 
 import diffusion_policy_ros
 from diffusion_policy_ros.config import ConfigError
+from diffusion_policy_ros.errors import InputError
 from diffusion_policy_ros.policy.configuration_diffusion import (
     DiffusionPolicyConfig,
     policy_config_from_dict,
@@ -43,7 +44,7 @@ CONFIG = "config.json"
 METADATA = "metadata.json"
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(RuntimeError, InputError):
     """A policy checkpoint cannot be used; the message says why."""
 
 

@@ -14,11 +14,13 @@ from collections.abc import Callable
 
 import torch
 
+from diffusion_policy_ros.errors import InputError
+
 DEVICES = ("auto", "cpu", "cuda", "npu")
 PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
-class DeviceUnavailableError(RuntimeError):
+class DeviceUnavailableError(RuntimeError, InputError):
     """The requested device (or precision on it) cannot be used in this process."""
 
 

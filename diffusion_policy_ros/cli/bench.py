@@ -1,0 +1,71 @@
+"""``dpr bench``: every benchmark that prints its figures, one subcommand each."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from diffusion_policy_ros.cli.passthrough import run_module
+
+
+def add_parser(sub) -> None:
+    bench = sub.add_parser("bench", help="benchmarks that print their figures")
+    bench_sub = bench.add_subparsers(dest="target", required=True)
+    perception = bench_sub.add_parser("perception", help="RGB-D pipeline vs open3d per frame")
+    perception.add_argument("--frames", type=int, default=100, help="frames timed per row")
+    perception.add_argument("--json", help="also write the rows to this JSON file")
+    perception.set_defaults(func=_perception)
+
+    tracker = bench_sub.add_parser("tracker", help="pd_tracker_node loop timing at 500 Hz and "
+                                   "1 kHz, with and without a policy-sized CPU load")
+    tracker.add_argument("--seconds", type=float, default=10.0, help="per configuration")
+    tracker.add_argument("--priorities", type=int, nargs="+", default=[0, 50],
+                         help="realtime_priority values to compare (0 = normal scheduling)")
+    tracker.set_defaults(func=_tracker)
+
+    blending = bench_sub.add_parser("blending", help="chunk blending strategies on a seeded "
+                                    "latency-jittered stream: tracking error and jerk")
+    blending.set_defaults(func=lambda args: run_module("diffusion_policy_ros.control.blending"))
+    policy = bench_sub.add_parser("policy", help="per-stage policy latency (U-Net and DiT, "
+                                  "DDIM 100 and 10); options as python -m "
+                                  "diffusion_policy_ros.policy.benchmark", add_help=False)
+    policy.set_defaults(func=lambda args: run_module("diffusion_policy_ros.policy.benchmark",
+                                                    args.passthrough), passthrough=[])
+    lightdp = bench_sub.add_parser("lightdp", help="real-time candidates in one table: "
+                                   "chunk latency (1 and 2 threads, interleaved), speed-up "
+                                   "over the reference, eval figures (config/bench_lightdp.yaml)",
+                                   add_help=False)
+    lightdp.set_defaults(func=lambda args: run_module("diffusion_policy_ros.policy.bench_lightdp",
+                                                     args.passthrough), passthrough=[])
+    tracking = bench_sub.add_parser("tracking", help="tracker on the simulated arm, expert "
+                                    "chunks 50-150 ms late: success, error, jerk per blend "
+                                    "strategy (--episodes N)", add_help=False)
+    tracking.set_defaults(func=lambda args: run_module("diffusion_policy_ros.sim.tracking_eval",
+                                                      args.passthrough), passthrough=[])
+    gae = bench_sub.add_parser("gae", help="GAE over a whole rollout at once vs the Python "
+                               "loop (median ms, speed-up, max difference)", add_help=False)
+    gae.set_defaults(func=lambda args: run_module("diffusion_policy_ros.learning.bench_gae",
+                                                 args.passthrough), passthrough=[])
+    rollouts = bench_sub.add_parser("rollouts", help="dpr finetune's rollout throughput "
+                                    "(env steps/s) for N envs (--envs 1 2)", add_help=False)
+    rollouts.set_defaults(func=lambda args: run_module(
+        "diffusion_policy_ros.learning.bench_rollouts", args.passthrough), passthrough=[])
+    tick = bench_sub.add_parser("tick", help="PdTracker tick and submit_chunk time (no ROS)")
+    tick.set_defaults(func=lambda args: run_module("diffusion_policy_ros.control.benchmark"))
+
+
+def _perception(args: argparse.Namespace) -> int:
+    from diffusion_policy_ros.perception import benchmark
+
+    rows = benchmark.run(frames=args.frames)
+    print(benchmark.format_table(rows))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump(rows, fh, indent=2)
+    return 0
+
+
+def _tracker(args: argparse.Namespace) -> int:
+    from diffusion_policy_ros.ros import tracker_bench
+
+    return tracker_bench.run(seconds=args.seconds, priorities=tuple(args.priorities))
