@@ -306,10 +306,19 @@ def test_sim_clock_runs_at_real_time_factor_and_episodes_auto_reset(ros, start_n
         ros.spin_for(2.0)
         wall1, sim1 = h.clock[-1]
         ratios.append((sim1 - sim0) * 1e-9 / (wall1 - wall0))
-        if 1.7 < ratios[-1] < 2.3:
+        assert ratios[-1] < 2.3, f"/clock ran faster than asked: {ratios}"
+        if ratios[-1] > 1.7:
             break
     else:
-        raise AssertionError(f"sim/wall ratios {ratios}, expected 2; {h.diagnostics()}")
+        # A machine too busy for 2x real time: what the node owes is to say so. Its
+        # diagnostics (published every 0.5 s) report the factor it achieves, below the
+        # target, at WARN, with the physics steps it dropped counted.
+        ros.spin_until(lambda: h.diags and "below" in h.diagnostics()[1], 5.0,
+                       lambda: f"sim/wall ratios {ratios}, no WARN: {h.diagnostics()}")
+        level, message, values = h.diagnostics()
+        assert level == DiagnosticStatus.WARN and int(values["steps_dropped"]) > 0, message
+        assert float(values["real_time_factor"]) == pytest.approx(ratios[-1], rel=0.15), \
+            (ratios, values["real_time_factor"])
     print(f"measured: /clock advances {ratios[-1]:.2f}x wall time, diagnostics "
           f"{h.value('real_time_factor')}, joint_states {h.value('joint_states_rate_hz')} Hz")
     # Every stamp is sim time: joint_states agree with /clock, not with the wall clock.
