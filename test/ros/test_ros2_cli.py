@@ -43,8 +43,9 @@ def test_readme_instruction_command_and_a_latched_instruction_reach_policy_node(
         result = _shell(README_INSTRUCTION, ros2_env)
         assert result.returncode == 0, result.stdout + result.stderr
         ros.spin_until(lambda n=attempt: taken.count("pick up the red cube") == n + 1, 10.0,
-                       lambda n=attempt: f"README instruction #{n + 1} at policy_node: {taken}"
-                       f"\nros2 topic pub: {result.stdout[-500:]}\n{policy.log()[-3000:]}")
+                       lambda n=attempt, r=result: f"README instruction #{n + 1} at "
+                       f"policy_node: {taken}\nros2 topic pub: {r.stdout[-500:]}\n"
+                       f"{policy.log()[-3000:]}")
     # A live message of a latched publisher reaches both subscriptions: taken once.
     latched_pub.publish(String(data="lift the blue block"))
     ros.spin_until(lambda: "lift the blue block" in taken, 10.0, "the live latched message")
