@@ -196,6 +196,14 @@ def read_field_mapping(path: str | Path, cls: type) -> dict[str, Any]:
     return values
 
 
+def load_field_mapping(cls: type, path: str | Path, overrides: dict | None = None) -> Any:
+    """``cls`` from a plain YAML mapping of its fields (an offline tool's settings file),
+    with ``overrides`` on top; a None override is an option the user did not give."""
+    values = read_field_mapping(path, cls)
+    values.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    return config_from_params(cls, values)
+
+
 def load_node_params(path: str | Path, node_name: str) -> dict[str, Any]:
     """The flat ``ros__parameters`` of ``node_name`` in a ROS params file.
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from diffusion_policy_ros.cli.passthrough import run_module
+from diffusion_policy_ros.cli.passthrough import add_module_command, run_module
 
 
 def add_parser(sub) -> None:
@@ -26,30 +26,19 @@ def add_parser(sub) -> None:
     blending = bench_sub.add_parser("blending", help="chunk blending strategies on a seeded "
                                     "latency-jittered stream: tracking error and jerk")
     blending.set_defaults(func=lambda args: run_module("diffusion_policy_ros.control.blending"))
-    policy = bench_sub.add_parser("policy", help="per-stage policy latency (U-Net and DiT, "
-                                  "DDIM 100 and 10); options as python -m "
-                                  "diffusion_policy_ros.policy.benchmark", add_help=False)
-    policy.set_defaults(func=lambda args: run_module("diffusion_policy_ros.policy.benchmark",
-                                                    args.passthrough), passthrough=[])
-    lightdp = bench_sub.add_parser("lightdp", help="real-time candidates in one table: "
-                                   "chunk latency (1 and 2 threads, interleaved), speed-up "
-                                   "over the reference, eval figures (config/bench_lightdp.yaml)",
-                                   add_help=False)
-    lightdp.set_defaults(func=lambda args: run_module("diffusion_policy_ros.policy.bench_lightdp",
-                                                     args.passthrough), passthrough=[])
-    tracking = bench_sub.add_parser("tracking", help="tracker on the simulated arm, expert "
-                                    "chunks 50-150 ms late: success, error, jerk per blend "
-                                    "strategy (--episodes N)", add_help=False)
-    tracking.set_defaults(func=lambda args: run_module("diffusion_policy_ros.sim.tracking_eval",
-                                                      args.passthrough), passthrough=[])
-    gae = bench_sub.add_parser("gae", help="GAE over a whole rollout at once vs the Python "
-                               "loop (median ms, speed-up, max difference)", add_help=False)
-    gae.set_defaults(func=lambda args: run_module("diffusion_policy_ros.learning.bench_gae",
-                                                 args.passthrough), passthrough=[])
-    rollouts = bench_sub.add_parser("rollouts", help="dpr finetune's rollout throughput "
-                                    "(env steps/s) for N envs (--envs 1 2)", add_help=False)
-    rollouts.set_defaults(func=lambda args: run_module(
-        "diffusion_policy_ros.learning.bench_rollouts", args.passthrough), passthrough=[])
+    for name, help_text, module in (
+            ("policy", "per-stage policy latency (U-Net and DiT, DDIM 100 and 10); options "
+             "as python -m diffusion_policy_ros.policy.benchmark", "policy.benchmark"),
+            ("lightdp", "real-time candidates in one table: chunk latency (1 and 2 threads, "
+             "interleaved), speed-up over the reference, eval figures "
+             "(config/bench_lightdp.yaml)", "policy.bench_lightdp"),
+            ("tracking", "tracker on the simulated arm, expert chunks 50-150 ms late: "
+             "success, error, jerk per blend strategy (--episodes N)", "sim.tracking_eval"),
+            ("gae", "GAE over a whole rollout at once vs the Python loop (median ms, "
+             "speed-up, max difference)", "learning.bench_gae"),
+            ("rollouts", "dpr finetune's rollout throughput (env steps/s) for N envs "
+             "(--envs 1 2)", "learning.bench_rollouts")):
+        add_module_command(bench_sub, name, help_text, f"diffusion_policy_ros.{module}")
     tick = bench_sub.add_parser("tick", help="PdTracker tick and submit_chunk time (no ROS)")
     tick.set_defaults(func=lambda args: run_module("diffusion_policy_ros.control.benchmark"))
 

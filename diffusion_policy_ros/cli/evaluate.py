@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 from diffusion_policy_ros.config import SHIPPED_CHECKPOINT
 
@@ -49,17 +48,14 @@ def _eval_over_ros(args: argparse.Namespace) -> int:
     from diffusion_policy_ros.sim.task import SWITCH_AFTER_S
 
     if args.instructions == "wrong":
-        print("dpr eval: --ros scores the sim's own instruction; --instructions wrong runs "
-              "in process only", file=sys.stderr)
-        return 2
+        raise ValueError("--ros scores the sim's own instruction; --instructions wrong runs "
+                         "in process only")
     if args.noise == "fixed":
-        print("dpr eval: --ros runs policy_node, which draws new noise for every chunk; "
-              "--noise fixed runs in process only", file=sys.stderr)
-        return 2
+        raise ValueError("--ros runs policy_node, which draws new noise for every chunk; "
+                         "--noise fixed runs in process only")
     if args.seed < 1:
-        print("dpr eval: --ros needs --seed >= 1 (sim_node's start-up episode takes seed - 1)",
-              file=sys.stderr)
-        return 2
+        raise ValueError("--ros needs --seed >= 1 (sim_node's start-up episode takes "
+                         "seed - 1)")
     return bringup.run(bringup.Options(
         episodes=args.episodes, seed=args.seed, checkpoint=args.checkpoint,
         switch_after_s=SWITCH_AFTER_S if args.instructions == "switch" else None,

@@ -15,14 +15,16 @@ def run_module(module: str, argv: list[str] | None = None) -> int:
     return 0
 
 
-def add_parser(sub) -> None:
-    probe = sub.add_parser("probe", help="held-out first-frame decisions of a checkpoint: "
-                           "chunk error and grasp-head error vs the no-grounding bar",
-                           add_help=False)
-    probe.set_defaults(func=lambda args: run_module(
-        "diffusion_policy_ros.learning.grounding_probe", args.passthrough), passthrough=[])
+def add_module_command(sub, name: str, help_text: str, module: str) -> None:
+    """Subcommand ``name`` whose options all go to ``module.main(argv)``."""
+    parser = sub.add_parser(name, help=help_text, add_help=False)
+    parser.set_defaults(func=lambda args: run_module(module, args.passthrough),
+                        passthrough=[])
 
-    expert = sub.add_parser("eval-expert", help="scripted expert success rate and speed",
-                            add_help=False)
-    expert.set_defaults(func=lambda args: run_module("diffusion_policy_ros.sim.expert_eval",
-                                                    args.passthrough), passthrough=[])
+
+def add_parser(sub) -> None:
+    add_module_command(sub, "probe", "held-out first-frame decisions of a checkpoint: chunk "
+                       "error and grasp-head error vs the no-grounding bar",
+                       "diffusion_policy_ros.learning.grounding_probe")
+    add_module_command(sub, "eval-expert", "scripted expert success rate and speed",
+                       "diffusion_policy_ros.sim.expert_eval")

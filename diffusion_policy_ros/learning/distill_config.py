@@ -7,9 +7,8 @@ from pathlib import Path
 
 from diffusion_policy_ros.config import (
     CONFIG_DIR,
-    config_from_params,
+    load_field_mapping,
     param,
-    read_field_mapping,
 )
 
 
@@ -69,6 +68,4 @@ class DistillConfig:
 
 def load_distill_config(path: str | Path = CONFIG_DIR / "distill.yaml",
                         overrides: dict | None = None) -> DistillConfig:
-    values = read_field_mapping(path, DistillConfig)
-    values.update({k: v for k, v in (overrides or {}).items() if v is not None})
-    return config_from_params(DistillConfig, values)
+    return load_field_mapping(DistillConfig, path, overrides)

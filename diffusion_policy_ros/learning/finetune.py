@@ -72,7 +72,13 @@ from diffusion_policy_ros.learning.rl_env import (
     NonFiniteStepError,
     RewardConfig,
 )
-from diffusion_policy_ros.learning.train import _init_distributed, _precision
+from diffusion_policy_ros.learning.train import (
+    _all_params,
+    _init_distributed,
+    _precision,
+    load_optimizer_state_tensors,
+    optimizer_state_tensors,
+)
 from diffusion_policy_ros.policy.checkpoint import load_checkpoint, save_checkpoint
 from diffusion_policy_ros.policy.devices import autocast_context
 from diffusion_policy_ros.policy.features import IMAGE, LANGUAGE, POINTS_RGB, POINTS_XYZ, STATE
@@ -173,11 +179,11 @@ class RolloutCollector:
                       "action": (self.ac.action_shape, torch.float32),
                       "ref_mean": ((t, d), torch.float32),
                       "logp": ((), torch.float32), "value": ((), torch.float32),
-                      "reward": ((), torch.float32), "done": ((), torch.float32),
-                      "language": ((c.language_dim,), torch.float32)}
+                      "reward": ((), torch.float32), "done": ((), torch.float32)}
             if joint:
                 h, w = c.image_size
-                fields |= {"image": ((to, 3, h, w), torch.uint8),
+                fields |= {"language": ((c.language_dim,), torch.float32),
+                           "image": ((to, 3, h, w), torch.uint8),
                            "points": ((to, c.num_points, 3), torch.float32),
                            "colors": ((to, c.num_points, 3), torch.uint8)}
             capacity = self.config.steps_per_env + int(round(self.config.time_limit_s / 0.1))
@@ -273,9 +279,9 @@ class RolloutCollector:
                               noises=noises.float().cpu(), action=action.cpu(),
                               ref_mean=ref_mean.cpu(), logp=logp.cpu(), value=value.cpu(),
                               reward=torch.from_numpy(reward[idx]).float(),
-                              done=torch.from_numpy(ended).float(), language=language.cpu())
+                              done=torch.from_numpy(ended).float())
                 if joint:
-                    record |= dict(image=raw_batch[IMAGE].cpu(),
+                    record |= dict(language=language.cpu(), image=raw_batch[IMAGE].cpu(),
                                    points=raw_batch[POINTS_XYZ].cpu(),
                                    colors=raw_batch[POINTS_RGB].cpu())
                 buffer.put(t, env_idx, **record)
@@ -416,8 +422,8 @@ class PpoLearner:
         advantages, returns = gae_advantages(
             data["reward"][:steps], data["value"][:steps], data["done"][:steps],
             torch.zeros(buffer.num_envs), cfg.gamma, cfg.gae_lambda)
-        names = ["cond", "state", "elapsed", "noises", "action", "ref_mean", "logp", "value",
-                 "language"] + (["image", "points", "colors"] if joint else [])
+        names = ["cond", "state", "elapsed", "noises", "action", "ref_mean", "logp", "value"
+                 ] + (["language", "image", "points", "colors"] if joint else [])
         flat = buffer.flat(names, {"advantage": advantages, "return": returns})
         mean, spread = self._global_mean_std(flat["advantage"])
         flat["advantage"] = normalise_advantages(flat["advantage"], mean, spread)
@@ -427,7 +433,7 @@ class PpoLearner:
             raise ValueError(f"{samples} samples are fewer than {cfg.minibatches} minibatches")
         sums: dict[str, list[float]] = collections.defaultdict(list)
         epochs_done = 0
-        params = [w for g in self.optimizer.param_groups for w in g["params"]]
+        params = _all_params(self.optimizer)
         for _ in range(cfg.epochs):
             order = torch.randperm(samples, generator=self.generator)
             kls = []
@@ -465,10 +471,7 @@ class PpoLearner:
                    for k, v in self.ac.policy.state_dict().items()}
         tensors |= {f"value.{k}": v.detach().cpu().contiguous()
                     for k, v in self.ac.value.state_dict().items()}
-        params = [w for g in self.optimizer.param_groups for w in g["params"]]
-        for i, w in enumerate(params):
-            for key, value in self.optimizer.state.get(w, {}).items():
-                tensors[f"adam.{i}.{key}"] = torch.as_tensor(value).detach().cpu().contiguous()
+        tensors |= optimizer_state_tensors(self.optimizer)
         tensors["rng.update"] = self.generator.get_state()
         tensors["rng.rollout"] = collector.generator.get_state().cpu()
         tensors["rng.torch"] = torch.get_rng_state()
@@ -487,12 +490,7 @@ class PpoLearner:
                                         if k.startswith("policy.")})
         self.ac.value.load_state_dict({k[6:]: v for k, v in tensors.items()
                                        if k.startswith("value.")})
-        params = [w for g in self.optimizer.param_groups for w in g["params"]]
-        for i, w in enumerate(params):
-            state = {key.split(".", 2)[2]: v.to(w.device) for key, v in tensors.items()
-                     if key.startswith(f"adam.{i}.")}
-            if state:
-                self.optimizer.state[w] = state
+        load_optimizer_state_tensors(self.optimizer, tensors)
         self.generator.set_state(tensors["rng.update"])
         collector.generator.set_state(tensors["rng.rollout"].to(collector.generator.device))
         torch.set_rng_state(tensors["rng.torch"])

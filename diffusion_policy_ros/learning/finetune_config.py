@@ -7,9 +7,8 @@ from pathlib import Path
 
 from diffusion_policy_ros.config import (
     CONFIG_DIR,
-    config_from_params,
+    load_field_mapping,
     param,
-    read_field_mapping,
 )
 
 
@@ -83,6 +82,4 @@ class FinetuneConfig:
 
 def load_finetune_config(path: str | Path = CONFIG_DIR / "finetune.yaml",
                          overrides: dict | None = None) -> FinetuneConfig:
-    values = read_field_mapping(path, FinetuneConfig)
-    values.update({k: v for k, v in (overrides or {}).items() if v is not None})
-    return config_from_params(FinetuneConfig, values)
+    return load_field_mapping(FinetuneConfig, path, overrides)

@@ -34,9 +34,10 @@ import numpy as np
 
 from diffusion_policy_ros.config import param
 from diffusion_policy_ros.sim.env import GraspEnv
+from diffusion_policy_ros.sim.runtime import seed_task
 from diffusion_policy_ros.sim.scene import JOINT_NAMES
 from diffusion_policy_ros.sim.sim_config import SimConfig, load_sim_config
-from diffusion_policy_ros.sim.task import SWITCH_AFTER_S, GraspTask, other_task
+from diffusion_policy_ros.sim.task import SWITCH_AFTER_S, other_task
 
 INSTRUCTION_MAX_CHARS = 128
 _CHARSET = " ?!,.'-abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
@@ -127,15 +128,13 @@ class GraspRlEnv(gym.Env):
             self._next_seed += self._seed_stride
         self._seed = int(seed)
         runtime = self.env.runtime
-        obs, info = self.env.reset(self._seed)
-        task = info["task"]
         rng = np.random.default_rng([self._seed, 17])
-        self._switch_to = None
+        first, self._switch_to = None, None
         if self.switch_probability > 0.0 and rng.random() < self.switch_probability:
-            first = other_task(task.target, runtime.scene.object_names, rng)
-            obs, info = self.env.reset(self._seed, task=GraspTask(first.target,
-                                                                  first.instruction))
-            self._switch_to = task.instruction
+            own = seed_task(self._seed, runtime.scene.object_names)
+            first = other_task(own.target, runtime.scene.object_names, rng)
+            self._switch_to = own.instruction
+        obs, info = self.env.reset(self._seed, task=first)
         self._start_s = runtime.time_s
         self._distance_m = self._target_distance_m()
         self._action = None

@@ -113,14 +113,31 @@ def _param_groups(policy, config: TrainConfig) -> list[dict]:
             {"params": list(grounding.parameters()), "lr": config.lr * config.grounding_lr_scale}]
 
 
+def optimizer_state_tensors(optimizer) -> dict[str, torch.Tensor]:
+    """The optimiser's per-parameter state (AdamW moments, step) as ``adam.<i>.<key>``
+    tensors for a safetensors resume file (no pickles)."""
+    tensors = {}
+    for i, p in enumerate(_all_params(optimizer)):
+        for key, value in optimizer.state.get(p, {}).items():
+            tensors[f"adam.{i}.{key}"] = torch.as_tensor(value).detach().cpu().contiguous()
+    return tensors
+
+
+def load_optimizer_state_tensors(optimizer, tensors: dict[str, torch.Tensor]) -> None:
+    """Put ``optimizer_state_tensors``' output back into the optimiser."""
+    for i, p in enumerate(_all_params(optimizer)):
+        state = {key.split(".", 2)[2]: v.to(p.device) for key, v in tensors.items()
+                 if key.startswith(f"adam.{i}.")}
+        if state:
+            optimizer.state[p] = state
+
+
 def _save_state(out: Path, step: int, policy, ema: EMAModel, optimizer, schedule) -> None:
     tensors = {f"model.{k}": v.detach().cpu().contiguous()
                for k, v in policy.state_dict().items()}
     for i, p in enumerate(ema.shadow_params):
         tensors[f"ema.{i}"] = p.detach().cpu().contiguous()
-    for i, p in enumerate(_all_params(optimizer)):
-        for key, value in optimizer.state.get(p, {}).items():
-            tensors[f"adam.{i}.{key}"] = torch.as_tensor(value).detach().cpu().contiguous()
+    tensors |= optimizer_state_tensors(optimizer)
     tensors["rng.torch"] = torch.get_rng_state()
     tmp = out / (STATE_TENSORS + ".tmp")
     save_file(tensors, str(tmp))
@@ -137,11 +154,7 @@ def _load_state(out: Path, policy, ema: EMAModel, optimizer, schedule) -> int:
     for i, p in enumerate(ema.shadow_params):
         p.data.copy_(tensors[f"ema.{i}"])
     ema.optimization_step = doc["ema_optimization_step"]
-    for i, p in enumerate(_all_params(optimizer)):
-        state = {key.split(".", 2)[2]: v.to(p.device) for key, v in tensors.items()
-                 if key.startswith(f"adam.{i}.")}
-        if state:
-            optimizer.state[p] = state
+    load_optimizer_state_tensors(optimizer, tensors)
     torch.set_rng_state(tensors["rng.torch"])
     schedule.load_state_dict(doc["schedule"] | {"lr_lambdas": [None] * len(schedule.lr_lambdas)})
     for group, lr in zip(optimizer.param_groups, schedule.get_last_lr(), strict=True):
