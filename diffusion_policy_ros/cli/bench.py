@@ -1,4 +1,8 @@
-"""``dpr bench``: every benchmark that prints its figures, one subcommand each."""
+"""``dpr bench``: every benchmark that prints its figures, one subcommand each.
+
+The benchmarks are the modules of ``diffusion_policy_ros.bench`` (its docstring lists
+which subcommand runs which module).
+"""
 
 from __future__ import annotations
 
@@ -25,29 +29,29 @@ def add_parser(sub) -> None:
 
     blending = bench_sub.add_parser("blending", help="chunk blending strategies on a seeded "
                                     "latency-jittered stream: tracking error and jerk")
-    blending.set_defaults(func=lambda args: run_module("diffusion_policy_ros.control.blending"))
+    blending.set_defaults(func=lambda args: run_module("diffusion_policy_ros.bench.blending"))
     for name, help_text, module in (
             ("policy", "per-stage policy latency (U-Net and DiT, DDIM 100 and 10); options "
-             "as python -m diffusion_policy_ros.policy.benchmark", "policy.benchmark"),
+             "as python -m diffusion_policy_ros.bench.policy_stages", "policy_stages"),
             ("lightdp", "real-time candidates in one table: chunk latency (1 and 2 threads, "
              "interleaved), speed-up over the reference, eval figures "
-             "(config/bench_lightdp.yaml)", "policy.bench_lightdp"),
+             "(config/bench_lightdp.yaml)", "lightdp"),
             ("tracking", "tracker on the simulated arm, expert chunks 50-150 ms late: "
-             "success, error, jerk per blend strategy (--episodes N)", "sim.tracking_eval"),
+             "success, error, jerk per blend strategy (--episodes N)", "sim_tracking"),
             ("gae", "GAE over a whole rollout at once vs the Python loop (median ms, "
-             "speed-up, max difference)", "learning.bench_gae"),
+             "speed-up, max difference)", "gae"),
             ("rollouts", "dpr finetune's rollout throughput (env steps/s) for N envs "
-             "(--envs 1 2)", "learning.bench_rollouts")):
-        add_module_command(bench_sub, name, help_text, f"diffusion_policy_ros.{module}")
+             "(--envs 1 2)", "rollouts")):
+        add_module_command(bench_sub, name, help_text, f"diffusion_policy_ros.bench.{module}")
     tick = bench_sub.add_parser("tick", help="PdTracker tick and submit_chunk time (no ROS)")
-    tick.set_defaults(func=lambda args: run_module("diffusion_policy_ros.control.benchmark"))
+    tick.set_defaults(func=lambda args: run_module("diffusion_policy_ros.bench.tracker_tick"))
 
 
 def _perception(args: argparse.Namespace) -> int:
-    from diffusion_policy_ros.perception import benchmark
+    from diffusion_policy_ros.bench import perception
 
-    rows = benchmark.run(frames=args.frames)
-    print(benchmark.format_table(rows))
+    rows = perception.run(frames=args.frames)
+    print(perception.format_table(rows))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump(rows, fh, indent=2)
@@ -55,6 +59,6 @@ def _perception(args: argparse.Namespace) -> int:
 
 
 def _tracker(args: argparse.Namespace) -> int:
-    from diffusion_policy_ros.ros import tracker_bench
+    from diffusion_policy_ros.bench import tracker_loop
 
-    return tracker_bench.run(seconds=args.seconds, priorities=tuple(args.priorities))
+    return tracker_loop.run(seconds=args.seconds, priorities=tuple(args.priorities))

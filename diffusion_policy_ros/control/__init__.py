@@ -1,8 +1,9 @@
 """PD trajectory tracking core (no rclpy): chunk timeline, interpolation, blending, limits, PD.
 
-``PdTracker`` is what ``pd_tracker_node`` wraps; ``compare_blending`` (in
-``control.blending``) is the offline measurement behind the default blend
-strategy; ``benchmark_tick`` (in ``control.benchmark``) times one tick.
+``PdTracker`` is what ``pd_tracker_node`` wraps; the blend strategies are in
+``timeline``. Their offline comparison (the measurement behind the default blend
+strategy) and the tick timing live in ``diffusion_policy_ros.bench`` (``blending``,
+``tracker_tick``).
 """
 
 from diffusion_policy_ros.control.chunk import (

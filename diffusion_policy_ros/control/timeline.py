@@ -29,7 +29,7 @@ The first chunk after a hold, a fault or start-up is always joined like
 ``latest``, from the reference state (where the arm is), never from an old plan.
 
 Why ``ensemble`` (window 0.3 s, decay 10/s) is the default: on the seeded
-synthetic stream of ``control.blending`` (sinusoidal joint motion, 16-point
+synthetic stream of ``bench.blending`` (sinusoidal joint motion, 16-point
 chunks every 100 ms arriving 50-150 ms late, consecutive chunks disagreeing
 by ~0.01 rad offsets plus drift, 500 Hz, limits on) it has the lowest steady
 tracking error (RMS 0.0076 rad vs 0.0091 crossfade, 0.0109 latest) and no
@@ -37,7 +37,7 @@ acceleration steps at chunk switches (peak jerk there 113 rad/s^3 vs 218
 crossfade, 4764 latest, whose short splices keep hitting the acceleration
 limit). Its price is a slower reaction to a sudden change of plan (RMS
 0.021 rad in the following second vs 0.014 latest). Table and rule:
-``control.blending``.
+``bench.blending``.
 """
 
 from __future__ import annotations

@@ -95,7 +95,7 @@ class PdTrackerConfig:
         "ensemble", "How a new chunk takes over. ensemble (default): ACT-style exponentially "
         "weighted mean of all live chunks, cross-faded in; crossfade: the newest chunk's plan "
         "cross-faded in; latest: newest chunk only, joined from the current reference state. "
-        "Default chosen by control.blending.compare_blending: lowest tracking error and "
+        "Default chosen by bench.blending.compare_blending: lowest tracking error and "
         "lowest jerk at chunk switches on the seeded synthetic stream (latest and crossfade "
         "react faster to a sudden plan change)", choices=BLEND_STRATEGIES)
     blend_window_s: float = param(0.3, "ensemble/crossfade: length of the quintic cross-fade "

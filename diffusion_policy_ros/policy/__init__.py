@@ -12,7 +12,8 @@ Layout, following lerobot / Chi et al.'s diffusion_policy:
 - ``features``: batch keys and shapes.
 - ``checkpoint``: safetensors + JSON checkpoints and their errors.
 - ``runner``: ``PolicyRunner`` (numpy in / out, device, precision, warm-up,
-  per-stage timing; ``devices``, ``timing``); ``benchmark``: ``dpr bench policy``.
+  per-stage timing; ``devices``, ``timing``). Its benchmarks (``dpr bench policy``,
+  ``dpr bench lightdp``) are in ``diffusion_policy_ros.bench``.
 
 Only the config is imported here; the model modules are imported on use so
 that reading a config does not pull in torch and diffusers.

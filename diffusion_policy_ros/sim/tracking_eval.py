@@ -5,29 +5,28 @@ instant (stamp = that instant), and the chunk reaches the tracker
 ``latency_s ~ U(latency_min_s, latency_max_s)`` later, as a policy's chunks do
 over ROS (inference + transport). Physics and tracker advance in 2 ms steps
 meanwhile, so chunks arrive late, sometimes out of order (the tracker rejects
-those as ``not_newer``), and the tracker must compensate. Reported per blend
-strategy: grasp success, RMS / max joint tracking error (reference vs
-measured), and the reference jerk within 20 ms of a chunk being accepted
-(p95 over switches and the maximum; the reference's acceleration is bounded,
-its jerk is not, so the maximum is set by the limiter: 2 a_max / dt).
+those as ``not_newer``), and the tracker must compensate. ``run_episode`` runs
+one such episode and reports grasp success, RMS / max joint tracking error
+(reference vs measured), and the reference jerk within 20 ms of a chunk being
+accepted (p95 over switches and the maximum; the reference's acceleration is
+bounded, its jerk is not, so the maximum is set by the limiter: 2 a_max / dt).
 
-``python -m diffusion_policy_ros.sim.tracking_eval`` (``dpr bench tracking``).
+The comparison of the blend strategies over many seeded episodes (``dpr bench
+tracking``) is ``bench.sim_tracking``; this module is the closed-loop harness it
+and test/sim/test_tracking.py share.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import heapq
 
 import numpy as np
 
 from diffusion_policy_ros.control import ActionChunk
-from diffusion_policy_ros.control.tracker_config import BLEND_STRATEGIES
-from diffusion_policy_ros.sim.expert import ExpertConfig, ScriptedExpert
-from diffusion_policy_ros.sim.runtime import SimulationRuntime, load_tracker_config
+from diffusion_policy_ros.sim.expert import ScriptedExpert
+from diffusion_policy_ros.sim.runtime import SimulationRuntime
 from diffusion_policy_ros.sim.scene import JOINT_NAMES
-from diffusion_policy_ros.sim.sim_config import SimConfig
 
 SWITCH_WINDOW_S = 0.02
 
@@ -98,55 +97,3 @@ def run_episode(runtime: SimulationRuntime, expert: ScriptedExpert, seed: int,
     traces = {"t": t, "q": q, "q_ref": q_ref, "qd_ref": qd_ref,
               "qd_final": runtime.scene.joint_velocities()[:6]}
     return result, traces
-
-
-def compare(episodes: int = 20, seed: int = 0, latency_min_s: float = 0.05,
-            latency_max_s: float = 0.15) -> dict[str, dict[str, float]]:
-    """Mean metrics per blend strategy over the same seeded episodes."""
-    base = load_tracker_config()
-    config = dataclasses.replace(SimConfig(), render_observations=False)
-    out = {}
-    for strategy in BLEND_STRATEGIES:
-        runtime = SimulationRuntime(config, dataclasses.replace(base, blend_strategy=strategy),
-                                    with_camera=False)
-        expert = ScriptedExpert(runtime.scene.model, ExpertConfig())
-        results = [run_episode(runtime, expert, seed + i, latency_min_s, latency_max_s)[0]
-                   for i in range(episodes)]
-        runtime.close()
-        out[strategy] = {
-            "success_rate": float(np.mean([r.success for r in results])),
-            "rms_error_rad": float(np.mean([r.rms_error_rad for r in results])),
-            "max_error_rad": float(np.max([r.max_error_rad for r in results])),
-            "peak_switch_jerk_rad_s3": float(np.max([r.peak_switch_jerk_rad_s3
-                                                     for r in results])),
-            "p95_switch_jerk_rad_s3": float(np.mean([r.p95_switch_jerk_rad_s3
-                                                     for r in results])),
-            "rejected_share": float(np.sum([r.chunks_rejected for r in results])
-                                    / np.sum([r.chunks_accepted + r.chunks_rejected
-                                              for r in results])),
-        }
-    return out
-
-
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--episodes", type=int, default=20)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--latency-min-s", type=float, default=0.05)
-    parser.add_argument("--latency-max-s", type=float, default=0.15)
-    args = parser.parse_args(argv)
-    results = compare(args.episodes, args.seed, args.latency_min_s, args.latency_max_s)
-    print(f"{args.episodes} expert episodes per strategy, chunks every 0.1 s arriving "
-          f"{args.latency_min_s * 1e3:.0f}-{args.latency_max_s * 1e3:.0f} ms late")
-    print("| blend | success | RMS error (rad) | max error (rad) | jerk at switches p95 / max "
-          "(rad/s^3) | chunks rejected |")
-    print("|---|---|---|---|---|---|")
-    for name, m in results.items():
-        print(f"| {name} | {m['success_rate']:.2f} | {m['rms_error_rad']:.4f} | "
-              f"{m['max_error_rad']:.3f} | {m['p95_switch_jerk_rad_s3']:.0f} / "
-              f"{m['peak_switch_jerk_rad_s3']:.0f} | "
-              f"{m['rejected_share']:.1%} |")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,4 +1,7 @@
-"""Offline, seeded comparison of the chunk blending strategies (pure, no ROS).
+"""``dpr bench blending``: offline, seeded comparison of the chunk blending strategies.
+
+Pure Python, no ROS. The strategies themselves are ``control.timeline``; this module
+only measures them.
 
 ``compare_blending(seed)`` drives ``PdTracker`` at 500 Hz with an ideal plant
 (the arm is where the reference was one tick earlier) and a synthetic chunk
@@ -21,7 +24,7 @@ strategy:
 ``latest_uncompensated`` is a baseline, not a strategy: latest-only with each
 chunk executed from its first point at arrival (no latency compensation).
 
-``python -m diffusion_policy_ros.control.blending`` (mean of seeds 0-4, the
+``python -m diffusion_policy_ros.bench.blending`` (mean of seeds 0-4, the
 defaults; "change" = the first second after the sudden change of plan, excluded
 from the steady columns) prints these per strategy; the measured table is in
 docs/benchmarks.md (``dpr bench blending`` and "Measurements behind the code's

@@ -1,6 +1,8 @@
-"""Time ``PdTracker.tick`` (``python -m diffusion_policy_ros.control.benchmark``).
+"""``dpr bench tick``: time ``PdTracker.tick`` and ``submit_chunk`` (no ROS).
 
-Runs the tracker on the synthetic chunk stream of ``control.blending`` (chunks
+``python -m diffusion_policy_ros.bench.tracker_tick`` runs it without the CLI.
+
+Runs the tracker on the synthetic chunk stream of ``bench.blending`` (chunks
 every 100 ms, so cross-fades are nearly always in progress) with an ideal
 plant and reports the median and 99th percentile of the tick call alone.
 ``submit_chunk`` (10 Hz, builds splines) is timed separately.
@@ -19,7 +21,7 @@ import time
 
 import numpy as np
 
-from diffusion_policy_ros.control.blending import SyntheticStream, synthetic_chunks
+from diffusion_policy_ros.bench.blending import SyntheticStream, synthetic_chunks
 from diffusion_policy_ros.control.pd_tracker import PdTracker
 from diffusion_policy_ros.control.tracker_config import PdTrackerConfig
 

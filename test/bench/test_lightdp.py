@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from diffusion_policy_ros.policy.bench_lightdp import (
+from diffusion_policy_ros.bench.lightdp import (
     BenchRow,
     format_table,
     load_rows,

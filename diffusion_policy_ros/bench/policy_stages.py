@@ -1,6 +1,6 @@
-"""Per-stage policy latency: the backend of ``dpr bench policy``.
+"""``dpr bench policy``: per-stage policy latency.
 
-``python -m diffusion_policy_ros.policy.benchmark`` runs it without the CLI.
+``python -m diffusion_policy_ros.bench.policy_stages`` runs it without the CLI.
 
 Runs ``PolicyRunner.predict`` on random observations with untrained weights
 (latency does not depend on the weights) for each policy config, DDIM step

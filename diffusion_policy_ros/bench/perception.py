@@ -1,4 +1,4 @@
-"""Per-frame cost of the RGB-D observation pipeline vs an open3d baseline.
+"""``dpr bench perception``: per-frame cost of the RGB-D observation pipeline vs open3d.
 
 Both sides get the same synthetic Kinect frames (pinhole intrinsics, since
 open3d's ``create_from_rgbd_image`` ignores lens distortion). Ours: sync

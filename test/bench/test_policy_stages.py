@@ -1,6 +1,7 @@
-"""``benchmark_policy`` reports every stage for every policy and step count."""
+"""dpr bench policy: ``benchmark_policy`` reports every stage for every policy and step
+count."""
 
-from diffusion_policy_ros.policy.benchmark import STAGES, benchmark_policy, format_table
+from diffusion_policy_ros.bench.policy_stages import STAGES, benchmark_policy, format_table
 
 
 def test_rows_and_table(make_config, language):

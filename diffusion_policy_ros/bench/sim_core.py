@@ -1,10 +1,10 @@
 """Timing of the simulation core: camera frames and physics steps (medians).
 
-``python -m diffusion_policy_ros.sim.bench`` prints the numbers; ``run_benchmark``
-returns them for ``dpr bench`` or CI trend tracking. What matters for a closed
-loop in real time: one 500 Hz tracker period is one physics step, and the
-camera runs at 30 Hz, so per second ``500 * step + 30 * frame`` must stay well
-under one core.
+``python -m diffusion_policy_ros.bench.sim_core`` prints the numbers (no ``dpr bench``
+subcommand); ``run_benchmark`` returns them for scripts or CI trend tracking. What
+matters for a closed loop in real time: one 500 Hz tracker period is one physics
+step, and the camera runs at 30 Hz, so per second ``500 * step + 30 * frame`` must
+stay well under one core.
 """
 
 from __future__ import annotations
