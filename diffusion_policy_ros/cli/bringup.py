@@ -47,9 +47,10 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from diffusion_policy_ros.ros import bringup
+    from diffusion_policy_ros.ros.bringup.options import Options
+    from diffusion_policy_ros.ros.bringup.runner import run as run_bringup
 
-    return bringup.run(bringup.Options(
+    return run_bringup(Options(
         sim=args.sim, episodes=args.episodes, instruction=args.instruction,
         switch_after_s=args.switch_after, checkpoint=args.checkpoint, seed=args.seed,
         out=args.out, device=args.device,

@@ -44,7 +44,8 @@ def add_parser(sub) -> None:
 
 def _eval_over_ros(args: argparse.Namespace) -> int:
     """``dpr eval --ros``: the same seeded episodes through the real nodes (``dpr bringup``)."""
-    from diffusion_policy_ros.ros import bringup
+    from diffusion_policy_ros.ros.bringup.options import Options
+    from diffusion_policy_ros.ros.bringup.runner import run as run_bringup
     from diffusion_policy_ros.sim.task import SWITCH_AFTER_S
 
     if args.instructions == "wrong":
@@ -56,7 +57,7 @@ def _eval_over_ros(args: argparse.Namespace) -> int:
     if args.seed < 1:
         raise ValueError("--ros needs --seed >= 1 (sim_node's start-up episode takes "
                          "seed - 1)")
-    return bringup.run(bringup.Options(
+    return run_bringup(Options(
         episodes=args.episodes, seed=args.seed, checkpoint=args.checkpoint,
         switch_after_s=SWITCH_AFTER_S if args.instructions == "switch" else None,
         device=args.device, num_inference_steps=args.steps or 0, out=args.out,

@@ -16,125 +16,12 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 from PIL import Image
 
-from diffusion_policy_ros.config import CONFIG_DIR
-from diffusion_policy_ros.ros import bringup
-from diffusion_policy_ros.ros.bringup import BringupError, Options
+from diffusion_policy_ros.ros.bringup.statistics import OUTCOMES
 
-ROOT = Path(__file__).resolve().parents[2]
 NODES = {"sim_node", "rgbd_sync_node", "policy_node", "pd_tracker_node"}
 
-# -- options and commands (no ROS) ------------------------------------------------------------
-
-def _args(specs, name):
-    return next(s.ros_args for s in specs if s.name == name)
-
-
-def test_nodes_match_the_launch_file(tmp_path):
-    specs = bringup.node_specs(Options(), str(tmp_path))
-    assert [s.name for s in specs] == ["sim_node", "rgbd_sync_node", "policy_node",
-                                       "pd_tracker_node"]
-    launch = (ROOT / "launch" / "grasp.launch.py").read_text()
-    for spec in specs:
-        assert f'executable="{spec.name}"' in launch
-        assert spec.command()[:3] == [sys.executable, "-m", spec.module]
-        params_file = Path(spec.ros_args[spec.ros_args.index("--params-file") + 1])
-        assert params_file.parent == CONFIG_DIR and f'"{params_file.name}"' in launch
-    policy = _args(specs, "policy_node")
-    for pair in ("autostart:=true", f"checkpoint:={tmp_path}", "device:=auto",
-                 "num_inference_steps:=0", "use_sim_time:=false"):
-        assert pair in policy
-    assert "publish_clock:=false" in _args(specs, "sim_node")
-    assert "auto_reset:=false" not in _args(specs, "sim_node")  # run-forever: as launched
-
-
-def test_episode_options_shape_the_sim_and_overrides_come_last(tmp_path):
-    opts = Options(episodes=3, seed=5, instruction="pick up the blue cube",
-                   sim_params=["time_limit_s:=5.0"], policy_params=["seed:=1"])
-    specs = bringup.node_specs(opts, str(tmp_path))
-    sim = _args(specs, "sim_node")
-    for pair in ("auto_reset:=false", "publish_instruction:=false", "seed:=4"):
-        assert pair in sim
-    assert sim[-2:] == ["-p", "time_limit_s:=5.0"]
-    assert _args(specs, "policy_node")[-2:] == ["-p", "seed:=1"]
-    assert "sim_node" not in {s.name for s in bringup.node_specs(Options(sim=False), "c")}
-    # Switching instructions: this process publishes both, the sim none.
-    switched = bringup.node_specs(Options(episodes=1, switch_after_s=1.0), str(tmp_path))
-    assert "publish_instruction:=false" in _args(switched, "sim_node")
-
-
-def test_namespace_sim_time_and_rviz_as_the_launch_arguments(tmp_path):
-    opts = Options(namespace="/arm_left", use_sim_time=True, rviz=True)
-    specs = bringup.node_specs(opts, str(tmp_path), rviz_dir=tmp_path)
-    assert [s.name for s in specs][-2:] == ["robot_state_publisher", "rviz2"]
-    for spec in specs:
-        args = spec.ros_args
-        assert args[args.index("-r") + 1] == "__ns:=/arm_left"
-        assert "use_sim_time:=true" in args
-    assert "publish_clock:=true" in _args(specs, "sim_node")
-    rviz = specs[-1].command()
-    assert rviz[:4] == ["ros2", "run", "rviz2", "rviz2"]
-    assert rviz[rviz.index("-d") + 1] == str(CONFIG_DIR / "grasp.rviz")
-    assert rviz.index("-d") < rviz.index("--ros-args")
-    params = yaml.safe_load((tmp_path / "robot_state_publisher.yaml").read_text())
-    assert "<robot" in params["robot_state_publisher"]["ros__parameters"]["robot_description"]
-    assert not any(s.ours for s in specs[-2:]) and all(s.ours for s in specs[:-2])
-
-
-@pytest.mark.parametrize("opts, match", [
-    (Options(episodes=0), "at least 1"),
-    (Options(namespace="arm left"), "not a ROS namespace"),
-    (Options(episodes=2, sim=False), "needs the simulation"),
-    (Options(seed=0), "at least 1"),
-    (Options(instruction="  "), "empty"),
-    (Options(switch_after_s=1.0), "needs --episodes"),
-    (Options(episodes=1, switch_after_s=1.0, instruction="grab the red cube"), "exclude"),
-    (Options(episodes=1, switch_after_s=0.0), "> 0 s"),
-    (Options(sim_params=["time_limit_s=5"]), "KEY:=VALUE"),
-    (Options(checkpoint="/nonexistent/ckpt"), "no such directory"),
-])
-def test_bad_options_are_refused(opts, match, tmp_path):
-    if opts.checkpoint is None:
-        opts.checkpoint = str(tmp_path)
-    with pytest.raises(BringupError, match=match):
-        bringup.validate(opts)
-
-
-def test_missing_default_checkpoint_says_what_to_pass(monkeypatch, tmp_path, capsys):
-    monkeypatch.setattr(bringup, "SHIPPED_CHECKPOINT", tmp_path / "absent")
-    with pytest.raises(BringupError, match="--checkpoint"):
-        bringup.resolve_checkpoint(None)
-    assert bringup.run(Options(episodes=1)) == 2
-    assert "--checkpoint" in capsys.readouterr().err
-
-
-def test_summary_figures():
-    outcomes = [{"status": s} for s in ("success", "wrong_object", "timeout", "success")]
-    diagnostics = {"policy_node": {"predict_ms_p50": "12.5", "predict_ms_p99": "nan",
-                                   "chunk_rate_hz": "9.90", "chunks_total": "40",
-                                   "overrun_ticks": "1"},
-                   "pd_tracker_node": {"period_error_ms_p50": "0.0100",
-                                       "period_error_ms_p99": "0.2000",
-                                       "period_error_ms_max": "1.5", "loop_rate_hz": "499.9"}}
-    s = bringup.summarize(outcomes, [10.0, 20.0, float("nan"), 30.0], diagnostics, 0.3)
-    assert s["success_rate"] == 0.5 and s["wrong_object_rate"] == 0.25
-    assert s["timeout_rate"] == 0.25 and s["episodes_completed"] == 4
-    assert s["chunk_latency_ms"]["count"] == 3 and s["chunk_latency_ms"]["p50"] == 20.0
-    assert s["policy_predict_ms"] == {"p50": 12.5, "p99": None}
-    assert s["tracker_period_error_ms"]["p99"] == 0.2
-    assert s["tracker_period_error_ms"]["p99_worst"] == 0.3
-    empty = bringup.summarize([], [], {}, None)
-    assert empty["success_rate"] is None and empty["chunk_latency_ms"]["p50"] is None
-    assert "n/a" in bringup.format_summary({**empty, "episodes_requested": 1})
-    text = bringup.format_summary({**empty, "diagnostics_errors": {
-        "pd_tracker_node": {"count": 2, "messages": ["fault: joint_states stale"]}}})
-    assert "pd_tracker_node x2 (fault: joint_states stale)" in text
-    assert "after start-up: none" in bringup.format_summary(empty)
-
-
-# -- end to end -------------------------------------------------------------------------------
 
 def _bringup_cmd(checkpoint, out, *extra):
     return [sys.executable, "-m", "diffusion_policy_ros.cli", "bringup",
@@ -178,7 +65,7 @@ def test_one_episode_through_the_real_nodes(tiny_checkpoint, tmp_path, extra):
     summary = json.loads((out / "bringup_summary.json").read_text())
     assert summary["episodes_requested"] == 1 and summary["aborted"] is None
     (episode,) = summary["episodes"]
-    assert episode["status"] in bringup.OUTCOMES and episode["seed"] == 3
+    assert episode["status"] in OUTCOMES and episode["seed"] == 3
     assert episode["status"] != "success"  # a 2-step policy: the 5 s limit ends it
     assert summary["success_rate"] + summary["wrong_object_rate"] + summary["timeout_rate"] == 1
     latency = summary["chunk_latency_ms"]

@@ -1,0 +1,326 @@
+"""``GraspCommander``: drive a running grasp graph from Python, without rclpy in user code.
+
+In the spirit of nav2_simple_commander's ``BasicNavigator``: whoever started the graph
+(``dpr bringup``, ``ros2 launch diffusion_policy_ros grasp.launch.py``, a real robot's
+bring-up), a script or a test drives it with a few calls::
+
+    from diffusion_policy_ros.ros.bringup.commander import GraspCommander
+
+    with GraspCommander() as commander:
+        commander.wait_until_ready()             # every node reports, chunks flow
+        record = commander.run_episode("pick up the red cube")
+        print(record["status"], record["chunk_latency_ms"]["p50"])
+
+Episodes (reset, scoring) need ``sim_node``: ``reset_episode`` calls ``sim_node/reset``
+(std_srvs/Trigger), ``sim/episode`` (latched JSON reports) says how it ended
+(``success`` / ``wrong_object`` / ``timeout``). Instructions, chunk latencies and
+``/diagnostics`` work with any graph. Every wait is bounded and checks ``stop_reason``
+(e.g. a signal or an exited node process) between spins, raising ``CommanderStopped``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.parameter import Parameter
+from rclpy.qos import DurabilityPolicy, QoSProfile
+from std_msgs.msg import String
+from std_srvs.srv import Trigger
+from trajectory_msgs.msg import JointTrajectory
+
+from diffusion_policy_ros.ros.bringup.statistics import OUTCOMES, finite_or_none, percentiles
+
+#: The package's nodes in a grasp graph (each reports on /diagnostics).
+GRAPH_NODES = ("sim_node", "rgbd_sync_node", "policy_node", "pd_tracker_node")
+_LATCHED = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+
+
+class CommanderStopped(Exception):
+    """The drive must end: a stop was requested, a node exited, or the graph did not answer."""
+
+
+def _object_names() -> list[str]:
+    from diffusion_policy_ros.sim.scene import find_objects, load_model
+
+    return [o.name for o in find_objects(load_model())]
+
+
+class GraspCommander:
+    """A node that instructs the graph, resets and scores episodes, and records what it saw.
+
+    ``namespace``: the graph's namespace (its topics and ``sim_node/reset`` are
+    resolved in it). ``use_sim_time``: follow ``/clock`` (switch delays are sim
+    seconds then). ``stop_reason``: called between spins; a non-empty string ends
+    any wait with ``CommanderStopped``. ``record_media``: record each episode's
+    camera view and joint plot (``run_episode(media_dir=...)``). rclpy is
+    initialised here unless it already is, and shut down by ``close`` if so.
+    """
+
+    def __init__(self, namespace: str = "", use_sim_time: bool = False,
+                 stop_reason: Callable[[], str] = lambda: "", record_media: bool = False,
+                 node_name: str = "grasp_commander"):
+        self._owns_rclpy = not rclpy.ok()
+        if self._owns_rclpy:
+            rclpy.init()
+        self.stop_reason = stop_reason
+        namespace = namespace.strip("/")
+        self.node = rclpy.create_node(
+            node_name, namespace=f"/{namespace}" if namespace else "",
+            parameter_overrides=[Parameter("use_sim_time", value=use_sim_time)])
+        self.executor = SingleThreadedExecutor()
+        self.executor.add_node(self.node)
+        self.chunks: list[tuple[float, float]] = []  # (monotonic s, stamp -> received ms)
+        self.diagnostics: dict[str, dict[str, str]] = {}  # node -> latest key/values
+        self.diag_counts: dict[str, int] = {}
+        self.diag_messages: dict[str, str] = {}
+        self.diag_errors: dict[str, bool] = {}
+        #: ERROR statuses per node once the graph is ready (start-up faults such as the
+        #: tracker's "no joint_states yet" are expected and not counted), first messages.
+        self.errors_after_ready: dict[str, dict] = {}
+        self.ready = False
+        self.episodes: dict[int, dict] = {}  # episode number -> latest sim/episode report
+        self.ended: list[dict] = []  # reports of episodes that ended, in order
+        self.tracker_p99: list[tuple[float, float]] = []  # (monotonic s, period_error p99)
+        self.node.create_subscription(JointTrajectory, "policy/action_chunk", self._on_chunk,
+                                      QoSProfile(depth=10))
+        self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics,
+                                      QoSProfile(depth=50))
+        self.node.create_subscription(String, "sim/episode", self._on_episode, _LATCHED)
+        self.instruction_pub = self.node.create_publisher(String, "instruction", _LATCHED)
+        self.reset_client = self.node.create_client(Trigger, "sim_node/reset")
+        self.recorder = None
+        if record_media:
+            from diffusion_policy_ros.ros.episode_recorder import EpisodeMediaRecorder
+
+            self.recorder = EpisodeMediaRecorder(self.node)
+        self._object_names: list[str] | None = None
+
+    def __enter__(self) -> GraspCommander:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.executor.shutdown()
+        self.node.destroy_node()
+        if self._owns_rclpy:
+            rclpy.try_shutdown()
+
+    # -- callbacks --------------------------------------------------------------------------
+
+    def _on_chunk(self, msg: JointTrajectory) -> None:
+        stamp_ns = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
+        latency_ms = (self.node.get_clock().now().nanoseconds - stamp_ns) * 1e-6
+        self.chunks.append((time.monotonic(), latency_ms))
+
+    def _on_diagnostics(self, msg: DiagnosticArray) -> None:
+        for status in msg.status:
+            name = status.name.split(":", 1)[0]
+            values = {kv.key: kv.value for kv in status.values}
+            error = status.level == DiagnosticStatus.ERROR
+            self.diagnostics[name] = values
+            self.diag_messages[name] = status.message
+            self.diag_errors[name] = error
+            if self.ready and error:
+                entry = self.errors_after_ready.setdefault(name, {"count": 0, "messages": []})
+                entry["count"] += 1
+                if status.message not in entry["messages"] and len(entry["messages"]) < 5:
+                    entry["messages"].append(status.message)
+            self.diag_counts[name] = self.diag_counts.get(name, 0) + 1
+            if name == "pd_tracker_node":
+                p99 = finite_or_none(values.get("period_error_ms_p99"))
+                if p99 is not None:
+                    self.tracker_p99.append((time.monotonic(), p99))
+
+    def _on_episode(self, msg: String) -> None:
+        report = json.loads(msg.data)
+        self.episodes[report["episode"]] = report
+        if report["status"] in OUTCOMES:
+            self.ended.append(report)
+
+    # -- waiting ----------------------------------------------------------------------------
+
+    def check(self) -> None:
+        """Raise CommanderStopped if ``stop_reason`` says so."""
+        reason = self.stop_reason()
+        if reason:
+            raise CommanderStopped(reason)
+
+    def spin_until(self, predicate: Callable[[], bool], timeout_s: float) -> bool:
+        """Process callbacks until ``predicate()``; False after ``timeout_s`` (wall time)."""
+        deadline = time.monotonic() + timeout_s
+        while not predicate():
+            self.check()
+            if time.monotonic() > deadline:
+                return False
+            self.executor.spin_once(timeout_sec=0.05)
+        return True
+
+    def fresh_diagnostics(self, names: list[str], timeout_s: float = 3.0) -> None:
+        """Wait (briefly) for one more /diagnostics message from each of ``names``."""
+        start = {n: self.diag_counts.get(n, 0) for n in names}
+        self.spin_until(lambda: all(self.diag_counts.get(n, 0) > start[n] for n in names),
+                        timeout_s)
+
+    def wait_until_ready(self, nodes=GRAPH_NODES, timeout_s: float = 180.0) -> bool:
+        """Every node in ``nodes`` reports on /diagnostics, the policy is active and action
+        chunks arrive; False after ``timeout_s`` (``not_ready_reason`` says what is missing).
+        A policy that failed its configure transition raises CommanderStopped."""
+
+        def ready() -> bool:
+            policy = self.diagnostics.get("policy_node", {})
+            if policy.get("state") == "unconfigured" and self.diag_errors.get("policy_node"):
+                raise CommanderStopped("policy_node could not be configured: "
+                                       f"{self.diag_messages['policy_node']}")
+            return all(n in self.diagnostics for n in nodes) \
+                and policy.get("state") == "active" and bool(self.chunks)
+
+        self.ready = self.spin_until(ready, timeout_s)
+        return self.ready
+
+    def not_ready_reason(self, nodes=GRAPH_NODES) -> str:
+        missing = [n for n in nodes if n not in self.diagnostics]
+        policy = self.diag_messages.get("policy_node", "no diagnostics")
+        return (f"no /diagnostics from {missing or 'none'}; policy_node: {policy}; chunks "
+                f"received: {len(self.chunks)}")
+
+    # -- commands ---------------------------------------------------------------------------
+
+    def instruct(self, text: str) -> None:
+        """Publish ``text`` on ``instruction`` (latched, as a person's ``ros2 topic pub``)."""
+        self.instruction_pub.publish(String(data=text))
+
+    def reset_episode(self, timeout_s: float = 30.0) -> int:
+        """Start the next episode (``sim_node/reset``); returns its number."""
+        if not self.spin_until(self.reset_client.service_is_ready, timeout_s):
+            raise CommanderStopped("service sim_node/reset not available")
+        known = max(self.episodes, default=0)
+        future = self.reset_client.call_async(Trigger.Request())
+        if not self.spin_until(future.done, timeout_s):
+            raise CommanderStopped(f"sim_node/reset did not answer within {timeout_s:.0f} s")
+        response = future.result()
+        if not response.success:
+            raise CommanderStopped(f"sim_node/reset failed: {response.message}")
+        match = re.match(r"episode (\d+)", response.message)
+        return int(match.group(1)) if match else known + 1
+
+    def episode_report(self, number: int, timeout_s: float = 30.0) -> dict:
+        """The latest ``sim/episode`` report of episode ``number`` (waits for the first)."""
+        if not self.spin_until(lambda: number in self.episodes, timeout_s):
+            raise CommanderStopped(f"no sim/episode report for episode {number}")
+        return self.episodes[number]
+
+    def wait_for_episode_end(self, number: int, timeout_s: float) -> dict:
+        """The report that ended episode ``number`` (success / wrong_object / timeout)."""
+        def ended() -> bool:
+            report = self.episodes.get(number)
+            return report is not None and report["status"] in OUTCOMES
+
+        if not self.spin_until(ended, timeout_s):
+            raise CommanderStopped(f"episode {number} did not end within {timeout_s:.0f} s")
+        return self.episodes[number]
+
+    def sim_parameters(self, names: list[str], timeout_s: float = 10.0) -> dict:
+        """``sim_node``'s parameters by name ({} if it does not answer)."""
+        from rcl_interfaces.srv import GetParameters
+        from rclpy.parameter import parameter_value_to_python
+
+        client = self.node.create_client(GetParameters, "sim_node/get_parameters")
+        try:
+            if not self.spin_until(client.service_is_ready, timeout_s):
+                return {}
+            future = client.call_async(GetParameters.Request(names=names))
+            if not self.spin_until(future.done, timeout_s) or future.result() is None:
+                return {}
+            return {n: parameter_value_to_python(v)
+                    for n, v in zip(names, future.result().values, strict=True)}
+        finally:
+            self.node.destroy_client(client)
+
+    def episode_wall_limit_s(self) -> float:
+        """How long (wall time) to wait for an episode: generous, as the achieved
+        real-time factor drops when the CPU is shared."""
+        params = self.sim_parameters(["time_limit_s", "real_time_factor"])
+        limit_s = float(params.get("time_limit_s") or 20.0)
+        rtf = float(params.get("real_time_factor") or 1.0)
+        return 5.0 * limit_s / rtf + 60.0
+
+    def object_names(self) -> list[str]:
+        if self._object_names is None:
+            self._object_names = _object_names()
+        return self._object_names
+
+    def seed_instruction(self, seed: int) -> str:
+        """The instruction sim_node gives for ``seed`` (its own task)."""
+        from diffusion_policy_ros.sim.runtime import seed_task
+
+        return seed_task(seed, self.object_names()).instruction
+
+    def switch_instruction(self, number: int, after_s: float, timeout_s: float) -> str:
+        """Name another object now and episode ``number``'s own ``after_s`` seconds (ROS
+        time: sim time with use_sim_time) later, unless it ended first; returns the first."""
+        from diffusion_policy_ros.sim.runtime import seed_task
+        from diffusion_policy_ros.sim.task import wrong_instruction
+
+        seed = int(self.episode_report(number)["seed"])
+        own = seed_task(seed, self.object_names())  # the sim follows the last instruction
+        first = wrong_instruction(own.target, self.object_names(), seed)
+        self.instruct(first)
+        t0_ns = self.node.get_clock().now().nanoseconds
+
+        def ended() -> bool:
+            report = self.episodes.get(number)
+            return report is not None and report["status"] in OUTCOMES
+
+        def due() -> bool:
+            return ended() or (self.node.get_clock().now().nanoseconds - t0_ns) * 1e-9 >= after_s
+
+        self.spin_until(due, timeout_s)
+        if not ended():
+            self.instruct(own.instruction)
+        return first
+
+    def run_episode(self, instruction: str | None = None, switch_after_s: float | None = None,
+                    timeout_s: float | None = None, media_dir: Path | None = None) -> dict:
+        """Reset, instruct (``instruction``, or the sim's own; ``switch_after_s``: another
+        object's first), wait for the end; the episode's record with its chunk latencies.
+
+        With ``record_media`` and ``media_dir``: ``episode_<seed>.gif`` and ``.png`` there.
+        """
+        timeout_s = self.episode_wall_limit_s() if timeout_s is None else timeout_s
+        number = self.reset_episode()
+        if self.recorder is not None:
+            self.recorder.start()
+        if instruction is not None:
+            self.instruct(instruction)
+        start, first_chunk = time.monotonic(), len(self.chunks)
+        first = None
+        if switch_after_s is not None:
+            first = self.switch_instruction(number, switch_after_s, timeout_s)
+        report = self.wait_for_episode_end(number, timeout_s)
+        latencies = [ms for _, ms in self.chunks[first_chunk:]]
+        record = {
+            "episode": number, "seed": report["seed"], "status": report["status"],
+            "target": report["target"],
+            "instruction": instruction if instruction is not None else report["instruction"],
+            "sim_instruction": report["instruction"],
+            **({"first_instruction": first} if first is not None else {}),
+            "wrong_object": report["wrong_object"], "elapsed_s": report["elapsed_s"],
+            "wall_s": round(time.monotonic() - start, 3), "chunks": len(latencies),
+            "chunk_latency_ms": percentiles(latencies),
+        }
+        if self.recorder is not None and media_dir is not None:
+            record["media"] = self.recorder.finish(
+                Path(media_dir), f"episode_{record['seed']}",
+                title=f"seed {record['seed']}: '{record['instruction']}' (target "
+                      f"{record['target']}), ROS graph",
+                caption=f"'{record['instruction']}': {record['status']}")
+        return record

@@ -1,0 +1,103 @@
+"""The nodes ``launch/grasp.launch.py`` starts, as the commands ``ros2 launch`` would run.
+
+Each node is ``python -m diffusion_policy_ros.ros.<node> --ros-args --params-file
+config/<node>.yaml -p ...`` with the launch file's argument defaults (``autostart``,
+``checkpoint``, ``device``, ``num_inference_steps`` for the policy).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+from diffusion_policy_ros.config import CONFIG_DIR
+from diffusion_policy_ros.ros.bringup.options import Options, check_override
+
+
+@dataclasses.dataclass
+class NodeSpec:
+    name: str  # node name (also its /diagnostics prefix and log file name)
+    module: str  # a module of this package, or "PACKAGE EXECUTABLE" for `ros2 run`
+    ros_args: list[str]
+    arguments: list[str] = dataclasses.field(default_factory=list)  # before --ros-args
+
+    @property
+    def ours(self) -> bool:
+        """One of this package's nodes (reports on /diagnostics)."""
+        return self.module.startswith("diffusion_policy_ros.")
+
+    def command(self) -> list[str]:
+        start = [sys.executable, "-m", self.module] if self.ours \
+            else ["ros2", "run", *self.module.split()]
+        return [*start, *self.arguments, "--ros-args", *self.ros_args]
+
+
+def _overrides(pairs: list[str]) -> list[str]:
+    return [arg for pair in pairs for arg in ("-p", check_override(pair))]
+
+
+def _robot_description_params(directory: Path) -> Path:
+    """A params file with the package's URDF for robot_state_publisher (``--rviz``)."""
+    import yaml
+
+    from diffusion_policy_ros.description import URDF_PATH
+
+    path = directory / "robot_state_publisher.yaml"
+    doc = {"robot_state_publisher": {"ros__parameters": {
+        "robot_description": Path(URDF_PATH).read_text(encoding="utf-8")}}}
+    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    return path
+
+
+def node_specs(opts: Options, checkpoint: str, rviz_dir: Path | None = None) -> list[NodeSpec]:
+    """The nodes grasp.launch.py starts, in its order, as processes.
+
+    ``--namespace`` remaps every node into it (``-r __ns:=``, as the launch
+    file's ``namespace``); ``--use-sim-time`` makes sim_node publish ``/clock``
+    and every node follow it. With ``--episodes`` sim_node runs with
+    ``auto_reset:=false`` (only the commander's resets start episodes); with
+    ``--instruction`` or ``--switch-after`` with ``publish_instruction:=false``
+    (two latched publishers on ``instruction`` would race after each reset);
+    ``--seed S`` sets ``seed:=S-1``: sim_node's start-up episode, which runs while
+    the policy loads and is not counted, takes S-1, so the measured episodes use
+    S, S+1, ... like ``dpr eval --seed S``. ``--rviz`` adds robot_state_publisher
+    (URDF params file written to ``rviz_dir``) and rviz2 with config/grasp.rviz.
+    """
+    sim_time = str(opts.use_sim_time).lower()
+    common = ["-r", f"__ns:=/{opts.namespace.strip('/')}"] if opts.namespace.strip("/") else []
+    common += ["-p", f"use_sim_time:={sim_time}"]
+    sim_args = ["-p", f"publish_clock:={sim_time}"]
+    if opts.episodes is not None:
+        sim_args += ["-p", "auto_reset:=false"]
+    if opts.instruction is not None or opts.switch_after_s is not None:
+        sim_args += ["-p", "publish_instruction:=false"]
+    if opts.seed is not None:
+        sim_args += ["-p", f"seed:={opts.seed - 1}"]
+    specs = []
+    if opts.sim:
+        specs.append(NodeSpec("sim_node", "diffusion_policy_ros.ros.sim_node",
+                              ["--params-file", str(CONFIG_DIR / "sim.yaml"), *common,
+                               *sim_args, *_overrides(opts.sim_params)]))
+    specs += [
+        NodeSpec("rgbd_sync_node", "diffusion_policy_ros.ros.rgbd_sync_node",
+                 ["--params-file", str(CONFIG_DIR / "rgbd_sync.yaml"), *common,
+                  *_overrides(opts.sync_params)]),
+        NodeSpec("policy_node", "diffusion_policy_ros.ros.policy_node",
+                 ["--params-file", str(CONFIG_DIR / "policy_node.yaml"), *common,
+                  "-p", f"device:={opts.device}", "-p", f"checkpoint:={checkpoint}",
+                  "-p", f"num_inference_steps:={opts.num_inference_steps}",
+                  "-p", "autostart:=true", *_overrides(opts.policy_params)]),
+        NodeSpec("pd_tracker_node", "diffusion_policy_ros.ros.pd_tracker_node",
+                 ["--params-file", str(CONFIG_DIR / "pd_tracker.yaml"), *common,
+                  *_overrides(opts.tracker_params)]),
+    ]
+    if opts.rviz:
+        params = _robot_description_params(rviz_dir) if rviz_dir is not None else Path(
+            "robot_state_publisher.yaml")
+        specs += [
+            NodeSpec("robot_state_publisher", "robot_state_publisher robot_state_publisher",
+                     ["--params-file", str(params), *common]),
+            NodeSpec("rviz2", "rviz2 rviz2", common, ["-d", str(CONFIG_DIR / "grasp.rviz")]),
+        ]
+    return specs

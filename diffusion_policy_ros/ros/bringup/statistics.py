@@ -1,0 +1,108 @@
+"""Rates and figures of a bring-up run, from episode records and the nodes' diagnostics.
+
+Chunk latency is the receive time of ``policy/action_chunk`` minus its header stamp
+(observation stamp to chunk arrival); ``policy_node``'s own predict time, its chunk
+rate and the tracker's ``period_error_ms`` come from ``/diagnostics``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+OUTCOMES = ("success", "wrong_object", "timeout")
+
+
+def percentiles(values, qs=(50, 99)) -> dict[str, float | None]:
+    """{'p50': .., 'p99': .., 'max': .., 'count': n}; None where there are no values."""
+    arr = np.asarray([v for v in values if math.isfinite(v)], dtype=float)
+    out: dict[str, float | None] = {f"p{q}": (round(float(np.percentile(arr, q)), 3)
+                                              if arr.size else None) for q in qs}
+    out["max"] = round(float(arr.max()), 3) if arr.size else None
+    out["count"] = int(arr.size)
+    return out
+
+
+def finite_or_none(value) -> float | None:
+    """A diagnostics value (a string) as a finite float, else None."""
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def summarize(outcomes: list[dict], latencies_ms: list[float], diagnostics: dict[str, dict],
+              tracker_p99_worst: float | None) -> dict:
+    """Rates and figures of a run from per-episode outcomes and the last diagnostics."""
+    n = len(outcomes)
+    counts = {k: sum(o["status"] == k for o in outcomes) for k in OUTCOMES}
+    policy = diagnostics.get("policy_node", {})
+    tracker = diagnostics.get("pd_tracker_node", {})
+    sim = diagnostics.get("sim_node", {})
+    f = finite_or_none
+    return {
+        "episodes_completed": n,
+        "success_rate": counts["success"] / n if n else None,
+        "wrong_object_rate": counts["wrong_object"] / n if n else None,
+        "timeout_rate": counts["timeout"] / n if n else None,
+        "outcome_counts": counts,
+        "chunk_latency_ms": percentiles(latencies_ms),
+        "policy_predict_ms": {"p50": f(policy.get("predict_ms_p50")),
+                              "p99": f(policy.get("predict_ms_p99"))},
+        "policy_chunk_rate_hz": f(policy.get("chunk_rate_hz")),
+        "policy_chunks_total": int(policy["chunks_total"]) if "chunks_total" in policy else None,
+        "policy_overrun_ticks": (int(policy["overrun_ticks"]) if "overrun_ticks" in policy
+                                 else None),
+        "tracker_period_error_ms": {"p50": f(tracker.get("period_error_ms_p50")),
+                                    "p99": f(tracker.get("period_error_ms_p99")),
+                                    "max": f(tracker.get("period_error_ms_max")),
+                                    "p99_worst": tracker_p99_worst},
+        "tracker_loop_rate_hz": f(tracker.get("loop_rate_hz")),
+        "tracker_tick_source": tracker.get("tick_source"),
+        "tracker_safety": {k: int(tracker[k]) for k in ("late_state_ticks", "overspeed_stops",
+                                                        "path_aborts", "faults")
+                           if k in tracker},
+        "sim_lockstep": sim.get("lockstep"),
+        "sim_lockstep_wait_ms": {"p50": f(sim.get("lockstep_wait_ms_p50")),
+                                 "p99": f(sim.get("lockstep_wait_ms_p99"))},
+        "sim_real_time_factor": f(sim.get("real_time_factor")),
+    }
+
+
+def format_summary(summary: dict) -> str:
+    def f(x, spec=".1f"):
+        return "n/a" if x is None else format(x, spec)
+
+    lat, pred = summary["chunk_latency_ms"], summary["policy_predict_ms"]
+    jit = summary["tracker_period_error_ms"]
+    lines = []
+    n = summary["episodes_completed"]
+    if summary.get("episodes_requested") is not None:
+        c = summary["outcome_counts"]
+        lines.append(f"episodes {n}/{summary['episodes_requested']}: success rate "
+                     f"{f(summary['success_rate'], '.2f')} ({c['success']}), wrong-object rate "
+                     f"{f(summary['wrong_object_rate'], '.2f')} ({c['wrong_object']}), timeouts "
+                     f"{c['timeout']}")
+    lines.append(f"chunks received {lat['count']} ({f(summary['policy_chunk_rate_hz'])} /s at "
+                 f"the policy); observation stamp -> chunk received p50 {f(lat['p50'])} ms, "
+                 f"p99 {f(lat['p99'])} ms; policy predict p50 {f(pred['p50'])} ms, p99 "
+                 f"{f(pred['p99'])} ms")
+    if summary.get("tracker_tick_source") == "joint_states":
+        wait = summary.get("sim_lockstep_wait_ms") or {}
+        loop = (f"tracker ticks on joint_states, sim lockstep {summary.get('sim_lockstep')} "
+                f"(waits for a command p50 {f(wait.get('p50'), '.3f')} ms, p99 "
+                f"{f(wait.get('p99'), '.3f')} ms)")
+    else:
+        loop = (f"tracker at {f(summary['tracker_loop_rate_hz'])} Hz, period error p50 "
+                f"{f(jit['p50'], '.3f')} ms, p99 {f(jit['p99'], '.3f')} ms (worst p99 "
+                f"{f(jit['p99_worst'], '.3f')} ms), max {f(jit['max'], '.3f')} ms")
+    safety = summary.get("tracker_safety") or {}
+    if safety:
+        loop += "; tracker " + ", ".join(f"{k} {v}" for k, v in safety.items())
+    lines.append(f"{loop}; sim real-time factor {f(summary['sim_real_time_factor'], '.2f')}")
+    errors = summary.get("diagnostics_errors") or {}
+    lines.append("ERROR on /diagnostics after start-up: " + ("none" if not errors else "; ".join(
+        f"{node} x{e['count']} ({' | '.join(e['messages'])})" for node, e in errors.items())))
+    return "\n".join(lines)

@@ -1,0 +1,65 @@
+"""GraspCommander drives a graph it did not start, as a user's script would.
+
+The graph is ``dpr bringup`` in run-until-signal mode (the same processes
+``ros2 launch`` starts) with a tiny policy (it will not grasp: the episode ends at
+the sim's 5 s limit); the commander in this process waits for it, instructs, runs
+an episode and reads the diagnostics; SIGTERM then stops every node by PID and the
+run's summary lists the commander's episode.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from diffusion_policy_ros.ros.bringup.commander import GRAPH_NODES, GraspCommander
+from diffusion_policy_ros.ros.bringup.statistics import OUTCOMES
+
+
+def _alive(pid: int, module: str) -> bool:
+    try:
+        return module.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.ros
+def test_a_commander_drives_a_running_graph_and_sigterm_stops_it(tiny_checkpoint, tmp_path):
+    out = tmp_path / "out"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "diffusion_policy_ros.cli", "bringup", "--checkpoint",
+           str(tiny_checkpoint), "--out", str(out), "--device", "cpu",
+           "--num-inference-steps", "2", "--sim-param", "time_limit_s:=5.0",
+           "--sim-param", "auto_reset:=false", "--sim-param", "publish_instruction:=false"]
+    with open(tmp_path / "stdout.txt", "w") as fh:
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env)
+    try:
+        with GraspCommander() as commander:
+            commander.instruct("pick up the red cube")  # the start-up episode waits for one
+            assert commander.wait_until_ready(timeout_s=180.0), commander.not_ready_reason()
+            record = commander.run_episode("pick up the blue cube", timeout_s=120.0)
+            assert set(GRAPH_NODES) <= set(commander.diagnostics)
+            assert commander.diagnostics["policy_node"]["state"] == "active"
+        assert record["status"] in OUTCOMES and record["target"] == "blue_cube"
+        assert record["instruction"] == "pick up the blue cube"
+        assert record["chunks"] > 0 and record["chunk_latency_ms"]["p50"] > 0
+        assert record["elapsed_s"] >= 4.9  # the tiny policy does not lift: the limit ends it
+        assert proc.poll() is None, (tmp_path / "stdout.txt").read_text()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0, (tmp_path / "stdout.txt").read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    summary = json.loads((out / "bringup_summary.json").read_text())
+    assert summary["aborted"] == "SIGTERM" and summary["episodes_requested"] is None
+    assert record["episode"] in [e["episode"] for e in summary["episodes"]]
+    assert set(summary["processes"]) == set(GRAPH_NODES)
+    for name, child in summary["processes"].items():
+        assert not _alive(child["pid"], child["module"]), f"{name} still runs"
+        assert child["exit_status"] is not None

@@ -1,0 +1,28 @@
+"""A bring-up run's figures from episode records and diagnostics."""
+
+from diffusion_policy_ros.ros.bringup.statistics import format_summary, summarize
+
+
+def test_summary_figures():
+    outcomes = [{"status": s} for s in ("success", "wrong_object", "timeout", "success")]
+    diagnostics = {"policy_node": {"predict_ms_p50": "12.5", "predict_ms_p99": "nan",
+                                   "chunk_rate_hz": "9.90", "chunks_total": "40",
+                                   "overrun_ticks": "1"},
+                   "pd_tracker_node": {"period_error_ms_p50": "0.0100",
+                                       "period_error_ms_p99": "0.2000",
+                                       "period_error_ms_max": "1.5", "loop_rate_hz": "499.9"}}
+    s = summarize(outcomes, [10.0, 20.0, float("nan"), 30.0], diagnostics, 0.3)
+    assert s["success_rate"] == 0.5 and s["wrong_object_rate"] == 0.25
+    assert s["timeout_rate"] == 0.25 and s["episodes_completed"] == 4
+    assert s["chunk_latency_ms"]["count"] == 3 and s["chunk_latency_ms"]["p50"] == 20.0
+    assert s["policy_predict_ms"] == {"p50": 12.5, "p99": None}
+    assert s["tracker_period_error_ms"]["p99"] == 0.2
+    assert s["tracker_period_error_ms"]["p99_worst"] == 0.3
+    empty = summarize([], [], {}, None)
+    assert empty["success_rate"] is None and empty["chunk_latency_ms"]["p50"] is None
+    assert "n/a" in format_summary({**empty, "episodes_requested": 1})
+    text = format_summary({**empty, "diagnostics_errors": {
+        "pd_tracker_node": {"count": 2, "messages": ["fault: joint_states stale"]}}})
+    assert "pd_tracker_node x2 (fault: joint_states stale)" in text
+    assert "after start-up: none" in format_summary(empty)
+
