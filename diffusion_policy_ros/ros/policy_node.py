@@ -121,6 +121,10 @@ class PolicyNode(LifecycleNode):
         self.chunk_rate_wall = RateMeter()
         self.stage_ms = {name: RollingStats() for name in (*STAGES, "predict", "tick")}
         self.observation_age_ms = RollingStats()
+        #: Worst age of a chunk's newest observation when its computation began: what the
+        #: max_obs_age_s refusal bounds, measured where it is decided (receive times
+        #: downstream also hold every delay of the receiving process).
+        self.observation_age_at_start_ms_max = 0.0
         self.history_offset_ms = RollingStats()
         self.history_short = 0
         # Swapped atomically between threads (plain attribute assignment).
@@ -449,6 +453,8 @@ class PolicyNode(LifecycleNode):
             if name in self.stage_ms:
                 self.stage_ms[name].add(ms)
         self.stage_ms["predict"].add(predict_ms)
+        self.observation_age_at_start_ms_max = max(self.observation_age_at_start_ms_max,
+                                                   (now_ns - selection.stamp_ns) * 1e-6)
         self.observation_age_ms.add((self.get_clock().now().nanoseconds - selection.stamp_ns)
                                     * 1e-6)
         for offset in selection.offsets_s[:-1]:
@@ -536,6 +542,7 @@ class PolicyNode(LifecycleNode):
                for name, stats in self.stage_ms.items() for q, p in (("p50", 50), ("p99", 99))},
             "observation_age_ms_p50": f"{self.observation_age_ms.percentile(50):.3f}",
             "observation_age_ms_p99": f"{self.observation_age_ms.percentile(99):.3f}",
+            "observation_age_at_start_ms_max": f"{self.observation_age_at_start_ms_max:.3f}",
             "history_offset_ms_p99": f"{self.history_offset_ms.percentile(99):.3f}",
             "history_short_total": str(self.history_short),
             "frames": str(len(h)),

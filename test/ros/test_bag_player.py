@@ -118,7 +118,8 @@ def test_nodes_on_sim_time_act_on_a_played_bag(ros, start_node, tiny_demos, tiny
         [sys.executable, "-m", "diffusion_policy_ros.cli", "replay", "--bag", str(bag),
          "--publish", "--wait", "120", "--topics", "camera/rgb/image_raw",
          "camera/rgb/camera_info", "camera/depth_to_rgb/image_raw", "joint_states",
-         "instruction"], stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy())
+         "instruction", "--wait-active", "policy_node"], stdout=log, stderr=subprocess.STDOUT,
+        env=os.environ.copy())
     try:
         ros.spin_until(lambda: player.poll() is not None, 240.0,
                        lambda: f"the player to finish\n{policy.log()}")

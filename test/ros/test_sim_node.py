@@ -133,14 +133,26 @@ def rate_over(ros, count, window_s=2.0):
     return (count() - start) / elapsed
 
 
-def measure(ros, count, low, high, tries=3):
-    """Rate within [low, high] in one of ``tries`` windows (a busy machine can stall one)."""
+def rate_or_reported_shortfall(ros, h, count, nominal_hz: float, key: str) -> float:
+    """A stream's rate within 20% of ``nominal_hz``, counted here and by the node; or,
+    where the machine is too busy for real time, the node saying so: WARN 'below' with
+    the real-time factor it achieves, and its own count of the stream agreeing with ours."""
     rates = []
-    for _ in range(tries):
+    for _ in range(3):  # a busy machine can stall one window
         rates.append(rate_over(ros, count))
-        if low <= rates[-1] <= high:
+        if 0.8 * nominal_hz <= rates[-1] <= 1.2 * nominal_hz:
+            ros.spin_until(lambda: 0.8 * nominal_hz < float(h.value(key, "nan"))
+                           < 1.2 * nominal_hz or "below" in h.diagnostics()[1], 5.0,
+                           lambda: f"{key} in diagnostics: {h.diagnostics()}")
             return rates[-1]
-    raise AssertionError(f"rate {rates} outside [{low}, {high}]")
+    assert max(rates) < 1.2 * nominal_hz, f"{key}: {rates} faster than {nominal_hz} Hz"
+    ros.spin_until(lambda: "below" in h.diagnostics()[1], 5.0,
+                   lambda: f"{key} {rates} Hz but no shortfall reported: {h.diagnostics()}")
+    level, message, values = h.diagnostics()
+    assert level == DiagnosticStatus.WARN and float(values["real_time_factor"]) < 0.9, message
+    reported = float(values[key])
+    assert reported == pytest.approx(np.median(rates), rel=0.3), (key, rates, reported)
+    return rates[-1]
 
 
 @pytest.fixture
@@ -157,12 +169,12 @@ def test_sim_node_streams_obeys_commands_and_resets(ros, sim_node):
                    and len(h.joint_states) > 50 and h.frames and h.episodes and h.diags, 30.0,
                    lambda: "sim_node streams:\n" + log())
 
-    # Rates: joint_states 500 Hz and camera 30 Hz, as counted here and by the node itself.
-    js_rate = measure(ros, lambda: len(h.joint_states), 400.0, 600.0)
-    cam_rate = measure(ros, lambda: len(h.frame_wall_s), 24.0, 36.0)
-    ros.spin_until(lambda: 400 < float(h.value("joint_states_rate_hz")) < 600
-                   and 24 < float(h.value("camera_rate_hz")) < 36, 5.0,
-                   lambda: f"rates in diagnostics: {h.diagnostics()}")
+    # Rates: joint_states 500 Hz and camera 30 Hz, as counted here and by the node itself
+    # (or, on a machine too busy for real time, the shortfall reported by the node).
+    js_rate = rate_or_reported_shortfall(ros, h, lambda: len(h.joint_states), 500.0,
+                                         "joint_states_rate_hz")
+    cam_rate = rate_or_reported_shortfall(ros, h, lambda: len(h.frame_wall_s), 30.0,
+                                          "camera_rate_hz")
     stamps = [s for s, *_ in h.joint_states]
     assert all(b > a for a, b in zip(stamps, stamps[1:], strict=False)), "stamps must increase"
     print(f"measured: joint_states {js_rate:.0f} Hz, camera {cam_rate:.1f} Hz, diagnostics "
@@ -398,7 +410,7 @@ def test_waiting_sim_scores_the_object_a_persons_instruction_names(ros, start_no
         "-p", "publish_instruction:=false", "-p", "resolution:=[320, 180]",
         "-p", "time_limit_s:=0.5", "-p", "auto_reset:=true", "-p", "diagnostics_period_s:=0.2"])
     h = SimHarness(ros, camera=False)
-    ros.spin_until(lambda: float(h.value("episode_time_s")) > 1.0, 30.0,
+    ros.spin_until(lambda: float(h.value("episode_time_s")) > 1.0 and h.episodes, 30.0,
                    lambda: f"sim time past the limit: {h.episodes}\n{node.log()}")
     assert [e["status"] for e in h.episodes] == ["waiting_for_instruction"], h.episodes
     assert h.instructions == []

@@ -33,7 +33,8 @@ from diffusion_policy_ros.ros.conversions import stamp_to_ns
 pytestmark = [pytest.mark.ros, pytest.mark.slow]  # four nodes on two cores: ~1 min
 
 NODES = "diffusion_policy_ros.ros."
-STILL_RAD_S = 0.02
+#: A held arm's joints stay slower than this (issue #18's bound for a saturated machine).
+STILL_RAD_S = 0.05
 
 
 class Graph:
@@ -116,10 +117,12 @@ def test_camera_loss_and_policy_crash_leave_the_arm_holding(ros, start_node, tin
     killed_ns = ros.node.get_clock().now().nanoseconds
     ros.spin_until(lambda: g.value("policy_node", "refusal") == "stale_observation", 10.0,
                    lambda: f"stale_observation refusal: {g.diag.get('policy_node')}")
-    late = g.chunks_after(killed_ns)
     # A chunk may still go out on a frame sent before the stop, never on one older than
-    # max_obs_age_s when its computation began (+ one chunk's compute and delivery).
-    assert all((recv - stamp) * 1e-9 < max_obs_age_s + 0.5 for recv, stamp in late), late
+    # max_obs_age_s when its computation began (the node's own measure: receive times here
+    # also hold this process's delays on a busy machine).
+    assert all(stamp <= killed_ns for _, stamp in g.chunks_after(killed_ns))
+    age_ms = float(g.value("policy_node", "observation_age_at_start_ms_max"))
+    assert 0.0 < age_ms <= max_obs_age_s * 1e3, g.diag.get("policy_node")
 
     # Without chunks the tracker decelerates and holds the arm where it is.
     ros.spin_until(lambda: g.value("pd_tracker_node", "mode") == "holding", 10.0,
