@@ -19,6 +19,8 @@ import pytest
 from diffusion_policy_ros.ros.bringup.commander import GRAPH_NODES, GraspCommander
 from diffusion_policy_ros.ros.bringup.statistics import OUTCOMES
 
+ROOT = Path(__file__).resolve().parents[3]
+
 
 def _alive(pid: int, module: str) -> bool:
     try:
@@ -49,6 +51,12 @@ def test_a_commander_drives_a_running_graph_and_sigterm_stops_it(tiny_checkpoint
         assert record["instruction"] == "pick up the blue cube"
         assert record["chunks"] > 0 and record["chunk_latency_ms"]["p50"] > 0
         assert record["elapsed_s"] >= 4.9  # the tiny policy does not lift: the limit ends it
+        # The example script does the same from its command line.
+        example = subprocess.run(
+            [sys.executable, str(ROOT / "examples" / "grasp_episodes.py"),
+             "grasp the green cube"], capture_output=True, text=True, timeout=180, env=env)
+        assert example.returncode == 0, example.stdout + example.stderr
+        assert "'grasp the green cube' -> green_cube: " in example.stdout, example.stdout
         assert proc.poll() is None, (tmp_path / "stdout.txt").read_text()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0, (tmp_path / "stdout.txt").read_text()
@@ -59,6 +67,7 @@ def test_a_commander_drives_a_running_graph_and_sigterm_stops_it(tiny_checkpoint
     summary = json.loads((out / "bringup_summary.json").read_text())
     assert summary["aborted"] == "SIGTERM" and summary["episodes_requested"] is None
     assert record["episode"] in [e["episode"] for e in summary["episodes"]]
+    assert len(summary["episodes"]) >= 2  # the commander's and the example's (+ start-up)
     assert set(summary["processes"]) == set(GRAPH_NODES)
     for name, child in summary["processes"].items():
         assert not _alive(child["pid"], child["module"]), f"{name} still runs"
