@@ -2,7 +2,8 @@
 
 ros2 launch diffusion_policy_ros grasp.launch.py [use_sim:=false] [rviz:=true] \\
     [use_sim_time:=true real_time_factor:=0.3] [device:=cuda] [checkpoint:=/path/to/ckpt]
-ros2 topic pub --once /instruction std_msgs/msg/String "{data: 'pick up the red cube'}"
+ros2 topic pub --once --keep-alive 2 /instruction std_msgs/msg/String \\
+    "{data: 'pick up the red cube'}"
 
 use_sim:=true (default) starts the MuJoCo simulation (sim_node), which waits for
 your instruction and scores the object it names on sim/episode (sim_instructions:=true:

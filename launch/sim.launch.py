@@ -6,7 +6,8 @@ Publishes the Azure Kinect driver's topics, joint_states, its own latched instru
 per episode (sim_instructions:=false: none, it waits for yours) and sim/episode;
 takes arm_controller/commands and gripper_controller/commands. Without policy_node
 nobody republishes a volatile instruction: send yours latched,
-ros2 topic pub --once --qos-durability transient_local /instruction std_msgs/msg/String ...
+ros2 topic pub --once --keep-alive 2 --qos-durability transient_local /instruction \\
+    std_msgs/msg/String ...
 """
 
 import os

@@ -97,7 +97,7 @@ STAGES = ("language", "rgb_encoder", "point_encoder", "grounding", "tool_target"
           "frame_encoder", "proprio_encoder", "fusion", "denoiser_step", "sampler")
 _SUCCESS, _FAILURE = TransitionCallbackReturn.SUCCESS, TransitionCallbackReturn.FAILURE
 NO_INSTRUCTION = ("no instruction yet: publish one on 'instruction' (std_msgs/String), e.g. "
-                  "ros2 topic pub --once /instruction std_msgs/msg/String "
+                  "ros2 topic pub --once --keep-alive 2 /instruction std_msgs/msg/String "
                   "\"{data: 'pick up the red cube'}\"")
 
 

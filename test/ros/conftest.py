@@ -260,6 +260,6 @@ def readme_instruction() -> str:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     section = readme.split("## ROS 2 users", 1)[1].split("\n## ", 1)[0]
     commands = [line.split("  #")[0].strip() for line in section.splitlines()
-                if line.startswith("ros2 topic pub --once /instruction")]
+                if line.startswith("ros2 topic pub --once") and " /instruction " in line]
     assert commands, "README.md's ROS 2 section lost its instruction command"
     return commands[0]

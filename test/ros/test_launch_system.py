@@ -71,7 +71,8 @@ def test_sim_launch_takes_an_integer_real_time_factor_and_reports_an_unknown_obj
     ros.spin_until(lambda: episodes, 30.0, "sim/episode")
     assert episodes[-1]["status"] == "waiting_for_instruction", episodes
     # Without policy_node, the sim.launch.py docstring's latched form of the command.
-    result = _shell("ros2 topic pub --once --qos-durability transient_local /instruction "
+    result = _shell("ros2 topic pub --once --keep-alive 2 --qos-durability transient_local "
+                    "/instruction "
                     "std_msgs/msg/String \"{data: 'pick up the orange cone'}\"", ros2_env)
     assert result.returncode == 0, result.stdout + result.stderr
     ros.spin_until(lambda: episodes[-1]["status"] == "no_target", 10.0,

@@ -10,7 +10,7 @@ from std_msgs.msg import String
 pytestmark = pytest.mark.ros
 
 #: The README's instruction command (run by a shell, as a user types it).
-README_INSTRUCTION = ("ros2 topic pub --once /instruction std_msgs/msg/String "
+README_INSTRUCTION = ("ros2 topic pub --once --keep-alive 2 /instruction std_msgs/msg/String "
                       "\"{data: 'pick up the red cube'}\"")
 
 
