@@ -195,7 +195,7 @@ class Ros2Command:
             if time.monotonic() > deadline:
                 raise AssertionError(f"timed out after {timeout_s} s waiting for {what}:\n"
                                      f"{self.log()[-6000:]}")
-            time.sleep(0.2)
+            time.sleep(0.2)  # ok-sleep: poll interval of a deadline-bounded wait on the log
 
     def wait_exit(self, timeout_s: float) -> int:
         try:
@@ -221,7 +221,7 @@ class Ros2Command:
             self.proc.wait()
         deadline = time.monotonic() + 5.0
         while session_processes(sid) and time.monotonic() < deadline:
-            time.sleep(0.1)
+            time.sleep(0.1)  # ok-sleep: poll interval while the session's processes exit
         left = session_processes(sid)
         for pid in left:
             with contextlib.suppress(ProcessLookupError):

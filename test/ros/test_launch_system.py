@@ -29,7 +29,7 @@ def _until_found(command: str, env: dict, timeout_s: float = 90.0) -> str:
         if result.returncode == 0:
             return result.stdout.strip()
         assert time.monotonic() < deadline, result.stdout + result.stderr
-        time.sleep(0.5)
+        time.sleep(0.5)  # ok-sleep: pause between retries of a deadline-bounded query
 
 
 def _param(env: dict, node: str, name: str) -> str:

@@ -80,4 +80,4 @@ def test_node_takes_an_integer_for_a_float_and_a_bad_value_exits_with_one_line(s
     while "ready: 250 Hz" not in node.log():
         assert node.alive(), node.log()
         assert time.monotonic() < deadline, node.log()
-        time.sleep(0.1)
+        time.sleep(0.1)  # ok-sleep: poll interval of a deadline-bounded wait on the log

@@ -8,7 +8,6 @@ run's summary lists the commander's episode.
 """
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -22,53 +21,36 @@ from diffusion_policy_ros.ros.bringup.statistics import OUTCOMES
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def _alive(pid: int, module: str) -> bool:
-    try:
-        return module.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-
-
 @pytest.mark.slow
 @pytest.mark.ros
-def test_a_commander_drives_a_running_graph_and_sigterm_stops_it(tiny_checkpoint, tmp_path):
+def test_a_commander_drives_a_running_graph_and_sigterm_stops_it(
+        tiny_bringup_command, background_bringup, bringup_env, assert_children_gone, tmp_path):
     out = tmp_path / "out"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "diffusion_policy_ros.cli", "bringup", "--checkpoint",
-           str(tiny_checkpoint), "--out", str(out), "--device", "cpu",
-           "--num-inference-steps", "2", "--sim-param", "time_limit_s:=5.0",
-           "--sim-param", "auto_reset:=false", "--sim-param", "publish_instruction:=false"]
-    with open(tmp_path / "stdout.txt", "w") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env)
-    try:
-        with GraspCommander() as commander:
-            commander.instruct("pick up the red cube")  # the start-up episode waits for one
-            assert commander.wait_until_ready(timeout_s=180.0), commander.not_ready_reason()
-            record = commander.run_episode("pick up the blue cube", timeout_s=120.0)
-            assert set(GRAPH_NODES) <= set(commander.diagnostics)
-            assert commander.diagnostics["policy_node"]["state"] == "active"
-        assert record["status"] in OUTCOMES and record["target"] == "blue_cube"
-        assert record["instruction"] == "pick up the blue cube"
-        assert record["chunks"] > 0 and record["chunk_latency_ms"]["p50"] > 0
-        assert record["elapsed_s"] >= 4.9  # the tiny policy does not lift: the limit ends it
-        # The example script does the same from its command line.
-        example = subprocess.run(
-            [sys.executable, str(ROOT / "examples" / "grasp_episodes.py"),
-             "grasp the green cube"], capture_output=True, text=True, timeout=180, env=env)
-        assert example.returncode == 0, example.stdout + example.stderr
-        assert "'grasp the green cube' -> green_cube: " in example.stdout, example.stdout
-        assert proc.poll() is None, (tmp_path / "stdout.txt").read_text()
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(60) == 0, (tmp_path / "stdout.txt").read_text()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    proc = background_bringup(tiny_bringup_command(
+        out, "--sim-param", "time_limit_s:=5.0", "--sim-param", "auto_reset:=false",
+        "--sim-param", "publish_instruction:=false"))
+    with GraspCommander() as commander:
+        commander.instruct("pick up the red cube")  # the start-up episode waits for one
+        assert commander.wait_until_ready(timeout_s=180.0), commander.not_ready_reason()
+        record = commander.run_episode("pick up the blue cube", timeout_s=120.0)
+        assert set(GRAPH_NODES) <= set(commander.diagnostics)
+        assert commander.diagnostics["policy_node"]["state"] == "active"
+    assert record["status"] in OUTCOMES and record["target"] == "blue_cube"
+    assert record["instruction"] == "pick up the blue cube"
+    assert record["chunks"] > 0 and record["chunk_latency_ms"]["p50"] > 0
+    assert record["elapsed_s"] >= 4.9  # the tiny policy does not lift: the limit ends it
+    # The example script does the same from its command line.
+    example = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "grasp_episodes.py"), "grasp the green cube"],
+        capture_output=True, text=True, timeout=180, env=bringup_env)
+    assert example.returncode == 0, example.stdout + example.stderr
+    assert "'grasp the green cube' -> green_cube: " in example.stdout, example.stdout
+    assert proc.poll() is None, (tmp_path / "stdout.txt").read_text()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0, (tmp_path / "stdout.txt").read_text()
     summary = json.loads((out / "bringup_summary.json").read_text())
     assert summary["aborted"] == "SIGTERM" and summary["episodes_requested"] is None
     assert record["episode"] in [e["episode"] for e in summary["episodes"]]
     assert len(summary["episodes"]) >= 2  # the commander's and the example's (+ start-up)
     assert set(summary["processes"]) == set(GRAPH_NODES)
-    for name, child in summary["processes"].items():
-        assert not _alive(child["pid"], child["module"]), f"{name} still runs"
-        assert child["exit_status"] is not None
+    assert_children_gone(summary)

@@ -23,42 +23,16 @@ from diffusion_policy_ros.ros.bringup.statistics import OUTCOMES
 NODES = {"sim_node", "rgbd_sync_node", "policy_node", "pd_tracker_node"}
 
 
-def _bringup_cmd(checkpoint, out, *extra):
-    return [sys.executable, "-m", "diffusion_policy_ros.cli", "bringup",
-            "--checkpoint", str(checkpoint), "--out", str(out), "--device", "cpu",
-            "--num-inference-steps", "2", *extra]
-
-
-def _env():
-    env = os.environ.copy()
-    env.setdefault("OMP_NUM_THREADS", "1")
-    return env
-
-
-def _alive(pid: int, module: str) -> bool:
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return module.encode() in cmdline
-
-
-def _assert_children_gone(summary):
-    assert set(summary["processes"]) >= NODES - {"sim_node"}
-    for name, proc in summary["processes"].items():
-        assert not _alive(proc["pid"], proc["module"]), f"{name} (pid {proc['pid']}) still runs"
-        assert proc["exit_status"] is not None
-
-
 @pytest.mark.slow
 @pytest.mark.ros
 @pytest.mark.parametrize("extra", [[], ["--namespace", "arm_left", "--use-sim-time"]],
                          ids=["wall-time", "namespaced-sim-time"])
-def test_one_episode_through_the_real_nodes(tiny_checkpoint, tmp_path, extra):
+def test_one_episode_through_the_real_nodes(tiny_bringup_command, bringup_env,
+                                            assert_children_gone, tmp_path, extra):
     out = tmp_path / "out"
-    cmd = _bringup_cmd(tiny_checkpoint, out, "--sim", "--episodes", "1", "--seed", "3",
+    cmd = tiny_bringup_command(out, "--sim", "--episodes", "1", "--seed", "3",
                        "--sim-param", "time_limit_s:=5.0", *extra)
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=_env())
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=bringup_env)
     logs = "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}"
                      for p in sorted((out / "logs").glob("*.log")))
     assert result.returncode == 0, f"{result.stdout}\n{result.stderr}\n{logs}"
@@ -101,7 +75,7 @@ def test_one_episode_through_the_real_nodes(tiny_checkpoint, tmp_path, extra):
         assert summary["sim_real_time_factor"] < 0.9, (achieved, result.stdout)
     assert summary["policy_predict_ms"]["p50"] > 0
     assert set(summary["processes"]) == NODES
-    _assert_children_gone(summary)
+    assert_children_gone(summary)
     assert "success rate" in result.stdout
     assert isinstance(summary["diagnostics_errors"], dict)
     assert "ERROR on /diagnostics after start-up" in result.stdout
@@ -109,39 +83,33 @@ def test_one_episode_through_the_real_nodes(tiny_checkpoint, tmp_path, extra):
 
 @pytest.mark.slow
 @pytest.mark.ros
-def test_sigterm_stops_every_node(tiny_checkpoint, tmp_path):
+def test_sigterm_stops_every_node(tiny_bringup_command, background_bringup,
+                                  assert_children_gone, tmp_path):
     """Run-until-signal mode (no sim, so no chunks): SIGTERM stops the children by PID."""
     out = tmp_path / "out"
     stdout = tmp_path / "stdout.txt"
-    with open(stdout, "w") as fh:
-        proc = subprocess.Popen(_bringup_cmd(tiny_checkpoint, out, "--no-sim"), stdout=fh,
-                                stderr=subprocess.STDOUT, env=_env())
-    try:
-        # Up when every node has logged its start-up line (policy: after load + warm-up).
-        markers = {"rgbd_sync_node": "ready", "policy_node": "active",
-                   "pd_tracker_node": "ready"}
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and proc.poll() is None:
-            logs = {n: out / "logs" / f"{n}.log" for n in markers}
-            if all(p.exists() and markers[n] in p.read_text() for n, p in logs.items()):
-                break
-            time.sleep(0.2)  # ok-sleep: poll interval of a deadline-bounded wait on log files
-        assert proc.poll() is None, stdout.read_text()
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(60) == 0, stdout.read_text()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    proc = background_bringup(tiny_bringup_command(out, "--no-sim"))
+    # Up when every node has logged its start-up line (policy: after load + warm-up).
+    markers = {"rgbd_sync_node": "ready", "policy_node": "active", "pd_tracker_node": "ready"}
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        logs = {n: out / "logs" / f"{n}.log" for n in markers}
+        if all(p.exists() and markers[n] in p.read_text() for n, p in logs.items()):
+            break
+        time.sleep(0.2)  # ok-sleep: poll interval of a deadline-bounded wait on log files
+    assert proc.poll() is None, stdout.read_text()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0, stdout.read_text()
     summary = json.loads((out / "bringup_summary.json").read_text())
     assert summary["aborted"] == "SIGTERM" and summary["episodes_requested"] is None
     assert set(summary["processes"]) == NODES - {"sim_node"}
-    _assert_children_gone(summary)
+    assert_children_gone(summary)
 
 
 @pytest.mark.slow
 @pytest.mark.ros
-def test_the_shipped_policy_lifts_the_named_object_through_the_nodes(tmp_path):
+def test_the_shipped_policy_lifts_the_named_object_through_the_nodes(tmp_path,
+                                                                      assert_children_gone):
     """Issue #6 end to end: sim, sync, policy and tracker nodes over DDS, the shipped
     checkpoint, the instruction the sim publishes. On sim time at 0.3x real time, so a
     chunk's inference on two shared cores costs the arm a third of its wall time (README
@@ -157,12 +125,12 @@ def test_the_shipped_policy_lifts_the_named_object_through_the_nodes(tmp_path):
     assert summary["wrong_object_rate"] == 0, result.stdout
     assert any(e["status"] == "success" for e in summary["episodes"]), result.stdout
     assert summary["diagnostics_errors"] == {}, result.stdout  # no ERROR after start-up
-    _assert_children_gone(summary)
+    assert_children_gone(summary)
 
 
 @pytest.mark.slow
 @pytest.mark.ros
-def test_a_changed_instruction_is_pursued_through_the_nodes(tmp_path):
+def test_a_changed_instruction_is_pursued_through_the_nodes(tmp_path, assert_children_gone):
     """Issue #6 fault case through the nodes (`--switch-after`): another object named
     first, the episode's own 1 s of sim time later; the first-named object is never
     lifted and the new target is (seeds 5016-5017: 2 of 2 in each of two 5-episode runs
@@ -188,19 +156,21 @@ def test_a_changed_instruction_is_pursued_through_the_nodes(tmp_path):
     assert len(summary["episodes"]) == 2, result.stdout
     assert any(e["status"] == "success" for e in summary["episodes"]), result.stdout
     assert summary["diagnostics_errors"] == {}, result.stdout
-    _assert_children_gone(summary)
+    assert_children_gone(summary)
 
 
 @pytest.mark.slow
 @pytest.mark.ros
-def test_the_shipped_policy_lifts_the_object_on_a_saturated_machine(tmp_path, cpu_burners):
+def test_the_shipped_policy_lifts_the_object_on_a_saturated_machine(tmp_path, cpu_burners,
+                                                                    bringup_env,
+                                                                    assert_children_gone):
     """Two CPU burners per core next to the four nodes, real time asked for: the sim's
     lockstep slows sim time instead of destabilising the arm, and the episode succeeds."""
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "diffusion_policy_ros.cli", "bringup", "--out", str(out),
            "--device", "cpu", "--episodes", "1", "--seed", "5001", "--use-sim-time",
            "--sim-param", "real_time_factor:=1.0"]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=_env())
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=bringup_env)
     logs = "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}"
                      for p in sorted((out / "logs").glob("*.log")))
     assert result.returncode == 0, f"{result.stdout}\n{result.stderr}\n{logs}"
@@ -211,4 +181,4 @@ def test_the_shipped_policy_lifts_the_object_on_a_saturated_machine(tmp_path, cp
     assert summary["tracker_safety"]["overspeed_stops"] == 0
     assert summary["tracker_safety"]["path_aborts"] == 0
     assert summary["sim_real_time_factor"] < 1.0
-    _assert_children_gone(summary)
+    assert_children_gone(summary)
