@@ -8,7 +8,11 @@ import numpy as np
 
 
 class RollingStats:
-    """Percentiles of the last ``window`` samples (e.g. processing time, skew)."""
+    """Percentiles of the last ``window`` samples (e.g. processing time, skew).
+
+    One thread may add while another reads: a read works on one copy of the window,
+    taken in a single call that holds the GIL.
+    """
 
     def __init__(self, window: int = 300):
         self._values: collections.deque[float] = collections.deque(maxlen=window)
@@ -20,10 +24,12 @@ class RollingStats:
         return len(self._values)
 
     def percentile(self, q: float) -> float:
-        return float(np.percentile(self._values, q)) if self._values else float("nan")
+        values = list(self._values)
+        return float(np.percentile(values, q)) if values else float("nan")
 
     def max(self) -> float:
-        return max(self._values) if self._values else float("nan")
+        values = list(self._values)
+        return max(values) if values else float("nan")
 
 
 class RateMeter:

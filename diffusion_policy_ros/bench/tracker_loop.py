@@ -11,6 +11,7 @@ policy-sized work (torch matrix products on one thread for 50 ms out of every
 
 from __future__ import annotations
 
+import json
 import math
 import multiprocessing
 import os
@@ -120,28 +121,43 @@ def _measure(rate_hz: float, load: str, seconds: float, priority: int) -> dict[s
         stop_process(proc)
 
 
-def run(seconds: float = 10.0, priorities: tuple[int, ...] = (0, 50)) -> int:
+def format_table(rows: list[dict]) -> str:
+    lines = ["| rate | load | scheduling | loop rate (Hz) | period error p50 / p99 / max (ms) "
+             "| tick p50 / p99 (ms) | skipped deadlines |",
+             "|---|---|---|---|---|---|---|"]
+    for row in rows:
+        d = row["diagnostics"]
+        head = f"| {row['rate_hz']:.0f} Hz | {row['load']} |"
+        if not d:
+            lines.append(f"{head} | no diagnostics | | | |")
+            continue
+        lines.append(
+            f"{head} {d['scheduling']} | {d['loop_rate_hz']} | "
+            f"{float(d['period_error_ms_p50']):.3f} / {float(d['period_error_ms_p99']):.3f} / "
+            f"{float(d['period_error_ms_max']):.3f} | {float(d['tick_ms_p50']):.3f} / "
+            f"{float(d['tick_ms_p99']):.3f} | {d.get('skipped_deadlines', '')} |")
+    return "\n".join(lines)
+
+
+def run(seconds: float = 10.0, priorities: tuple[int, ...] = (0, 50),
+        rates_hz: tuple[float, ...] = (500.0, 1000.0), loads: tuple[str, ...] = LOADS,
+        json_path: str | None = None) -> int:
     """Each rate x load x ``realtime_priority`` (0: normal scheduling) for ``seconds``."""
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     rclpy.init()
     rows = []
     try:
-        for rate_hz in (500.0, 1000.0):
-            for load in LOADS:
+        for rate_hz in rates_hz:
+            for load in loads:
                 for priority in priorities:
-                    rows.append((rate_hz, load, _measure(rate_hz, load, seconds, priority)))
+                    rows.append({"rate_hz": rate_hz, "load": load, "realtime_priority": priority,
+                                 "diagnostics": _measure(rate_hz, load, seconds, priority)})
     finally:
         rclpy.try_shutdown()
-    print("| rate | load | scheduling | loop rate (Hz) | period error p50 / p99 / "
-          "max (ms) | tick p50 / p99 (ms) |")
-    print("|---|---|---|---|---|---|")
-    for rate_hz, load, d in rows:
-        if not d:
-            print(f"| {rate_hz:.0f} Hz | {load} | | no diagnostics | | |")
-            continue
-        print(f"| {rate_hz:.0f} Hz | {load} | {d['scheduling']} | "
-              f"{d['loop_rate_hz']} | "
-              f"{float(d['period_error_ms_p50']):.3f} / {float(d['period_error_ms_p99']):.3f} / "
-              f"{float(d['period_error_ms_max']):.3f} | {float(d['tick_ms_p50']):.3f} / "
-              f"{float(d['tick_ms_p99']):.3f} |")
-    return 0 if all(d for _, _, d in rows) else 1
+    print(format_table(rows))
+    if json_path:
+        report = {"command": "dpr bench tracker", "seconds": seconds,
+                  "cpu_count": os.cpu_count(), "rows": rows}
+        with open(json_path, "w", encoding="utf-8") as fh:
+            json.dump(report, fh, indent=2)
+    return 0 if all(row["diagnostics"] for row in rows) else 1

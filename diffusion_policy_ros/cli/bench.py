@@ -25,6 +25,12 @@ def add_parser(sub) -> None:
     tracker.add_argument("--seconds", type=float, default=10.0, help="per configuration")
     tracker.add_argument("--priorities", type=int, nargs="+", default=[0, 50],
                          help="realtime_priority values to compare (0 = normal scheduling)")
+    tracker.add_argument("--rates", type=float, nargs="+", default=[500.0, 1000.0],
+                         help="control rates (Hz)")
+    tracker.add_argument("--loads", nargs="+", default=["none", "policy", "saturated"],
+                         choices=["none", "policy", "saturated"],
+                         help="CPU loads next to the node")
+    tracker.add_argument("--json", help="also write the rows to this JSON file")
     tracker.set_defaults(func=_tracker)
 
     blending = bench_sub.add_parser("blending", help="chunk blending strategies on a seeded "
@@ -61,4 +67,6 @@ def _perception(args: argparse.Namespace) -> int:
 def _tracker(args: argparse.Namespace) -> int:
     from diffusion_policy_ros.bench import tracker_loop
 
-    return tracker_loop.run(seconds=args.seconds, priorities=tuple(args.priorities))
+    return tracker_loop.run(seconds=args.seconds, priorities=tuple(args.priorities),
+                            rates_hz=tuple(args.rates), loads=tuple(args.loads),
+                            json_path=args.json)

@@ -39,9 +39,10 @@ class PdTrackerConfig:
         "simulator's synchronous mode (with sim_node's lockstep the physics waits for each "
         "command); auto: joint_states under use_sim_time, else timer", choices=TICK_SOURCES)
     realtime_priority: int = param(
-        50, "pd_tracker_node: SCHED_FIFO priority (1-99) of its process, as ros2_control's "
-        "controller manager runs its loop; 0 = normal scheduling. Needs CAP_SYS_NICE or an "
-        "rtprio limit; without them the node warns and runs normally", low=0, high=99)
+        50, "pd_tracker_node: SCHED_FIFO priority (1-99) of its control loop (on the timer, "
+        "the callbacks' thread runs one below), as ros2_control's controller manager runs "
+        "its loop; 0 = normal scheduling. Needs CAP_SYS_NICE or an rtprio limit; without "
+        "them the node warns and runs normally", low=0, high=99)
     kp: list = param([600.0, 600.0, 400.0, 100.0, 100.0, 50.0],
                      "Proportional gain per joint (N m/rad)", low=0.0, high=1.0e5)
     kd: list = param([40.0, 40.0, 30.0, 8.0, 8.0, 4.0],

@@ -4,23 +4,29 @@ Thin adapter around ``control.PdTracker``: converts ``policy/action_chunk``
 (trajectory_msgs/JointTrajectory) and ``joint_states`` into plain data, ticks
 the tracker and publishes ``arm_controller/commands`` (efforts in ``joint_names``
 order), ``gripper_controller/commands`` ([opening m]), ``tracker/reference`` and
-``/diagnostics``. All callbacks share one mutually exclusive group because the
-tracker is not thread-safe.
+``/diagnostics``.
 
-``tick_source``: on a real arm a steady-clock timer at ``rate_hz`` runs the law on the
-latest state; under ``use_sim_time`` (``auto``) each ``joint_states`` message runs it
-at its own stamp, so every command answers exactly one state, which is what
-sim_node's lockstep waits for before it steps on: the loop then stays the discrete
+``tick_source``: on a real arm the law runs at ``rate_hz`` on the latest state, on a
+thread of its own (``realtime.PeriodicThread``, ``SCHED_FIFO``) rather than an executor
+timer, so that no callback of this node can sit between a deadline and its tick. That
+thread owns the tracker while it runs: chunks, converted on the executor, wait in a
+queue and are submitted after the tick's commands are out; ``/diagnostics`` reads the
+tracker under a lock. Under ``use_sim_time`` (``auto``) each ``joint_states`` message
+runs the law at its own stamp, so every command answers exactly one state, which is
+what sim_node's lockstep waits for before it steps on: the loop then stays the discrete
 system that was tuned however late the machine delivers, and only the sim's pace drops.
 """
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import math
+import sys
+import threading
 import time
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
@@ -33,7 +39,10 @@ from diffusion_policy_ros.monitoring import RollingStats, ThrottledReasons
 from diffusion_policy_ros.ros.conversions import stamp_to_ns
 from diffusion_policy_ros.ros.node_main import run_node
 from diffusion_policy_ros.ros.params import declare_config
-from diffusion_policy_ros.ros.realtime import request_fifo_priority
+from diffusion_policy_ros.ros.realtime import PeriodicThread, request_fifo_priority
+
+GIL_SWITCH_INTERVAL_S = 1e-4
+"""How soon a running callback hands the GIL to the control thread (Python's default: 5 ms)."""
 
 
 def chunk_from_msg(msg: JointTrajectory) -> ActionChunk:
@@ -45,16 +54,27 @@ def chunk_from_msg(msg: JointTrajectory) -> ActionChunk:
         positions=[list(p.positions) for p in msg.points])
 
 
+@dataclasses.dataclass(frozen=True)
+class JointSample:
+    """One joint_states message in the tracker's joint order."""
+
+    q_rad: list[float]
+    qd_rad_s: list[float]
+    gripper_opening_m: float | None
+    stamp_s: float
+
+
 class JointStateCache:
-    """Latest joint state in the tracker's joint order (pure; the node feeds it messages)."""
+    """Latest joint state in the tracker's joint order (pure; the node feeds it messages).
+
+    ``latest`` is replaced by one assignment, so the control thread reading it never
+    sees half of an update.
+    """
 
     def __init__(self, joint_names: list[str], gripper_joint: str):
         self.joint_names = joint_names
         self.gripper_joint = gripper_joint
-        self.q: list[float] | None = None
-        self.qd: list[float] | None = None
-        self.gripper_opening_m: float | None = None
-        self.stamp_s: float | None = None
+        self.latest: JointSample | None = None
 
     def update(self, names, positions, velocities, stamp_s: float) -> str:
         """Store a joint_states sample; returns '' or why it was ignored."""
@@ -66,19 +86,21 @@ class JointStateCache:
             return f"joint_states has {len(names)} names but {len(positions)} positions"
         if velocities and len(velocities) != len(names):
             return f"joint_states has {len(names)} names but {len(velocities)} velocities"
-        self.q = [float(positions[index[n]]) for n in self.joint_names]
-        self.qd = ([float(velocities[index[n]]) for n in self.joint_names] if velocities
-                   else [0.0] * len(self.joint_names))
+        q = [float(positions[index[n]]) for n in self.joint_names]
+        qd = ([float(velocities[index[n]]) for n in self.joint_names] if velocities
+              else [0.0] * len(self.joint_names))
+        gripper = self.latest.gripper_opening_m if self.latest is not None else None
         if self.gripper_joint in index:
             opening = float(positions[index[self.gripper_joint]])
             if math.isfinite(opening):
-                self.gripper_opening_m = opening
-        self.stamp_s = stamp_s
+                gripper = opening
+        self.latest = JointSample(q, qd, gripper, stamp_s)
         return ""
 
 
 class PdTrackerNode(Node):
     def __init__(self, **kwargs):
+        self.loop: PeriodicThread | None = None  # before anything can fail: destroy_node reads it
         super().__init__("pd_tracker_node", **kwargs)
         self.config: PdTrackerConfig = declare_config(self, PdTrackerConfig)
         cfg = self.config
@@ -88,9 +110,11 @@ class PdTrackerNode(Node):
         self.period_error_ms = RollingStats(window=5000)
         self.tick_ms = RollingStats(window=5000)
         self._last_tick_wall: float | None = None
-        self._window_ticks = 0
-        self._window_start = time.perf_counter()
+        self._ticks_total = 0
+        self._window = (0, time.perf_counter())
         self._published_fault = ""
+        self._tracker_lock = threading.Lock()
+        self._pending_chunks: collections.deque[ActionChunk] = collections.deque(maxlen=4)
 
         self.effort_pub = self.create_publisher(Float64MultiArray, "arm_controller/commands",
                                                 QoSProfile(depth=1))
@@ -109,21 +133,28 @@ class PdTrackerNode(Node):
         if source == "auto":
             source = "joint_states" if self.get_parameter("use_sim_time").value else "timer"
         self.tick_on_joint_states = source == "joint_states"
-        if not self.tick_on_joint_states:
-            # A steady-clock timer: with use_sim_time a ROS-clock timer fires only when
-            # /clock advances (once per sim batch), while the law needs its rate. The
-            # timeline still reads the node's (sim) clock.
-            self.create_timer(1.0 / cfg.rate_hz, self._tick,
-                              clock=Clock(clock_type=ClockType.STEADY_TIME))
         self.create_timer(1.0, self._publish_diagnostics)
         self._reference = JointState(name=list(cfg.joint_names))
-        problem = request_fifo_priority(cfg.realtime_priority)
+        if self.tick_on_joint_states:
+            problem = request_fifo_priority(cfg.realtime_priority)
+        else:
+            # The executor's thread one step below the loop: a callback holding the GIL
+            # is never preempted by normal-priority work while the loop waits for it.
+            # The loop keeps a steady clock (a ROS-clock timer on sim time would fire
+            # once per /clock batch); the timeline still reads the node's clock.
+            request_fifo_priority(max(1, cfg.realtime_priority - 1)
+                                  if cfg.realtime_priority else 0)
+            sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+            self.loop = PeriodicThread(self._tick, 1.0 / cfg.rate_hz, cfg.realtime_priority,
+                                       "pd_tracker_loop")
+            problem = self.loop.start()
         self.scheduling = (f"SCHED_FIFO {cfg.realtime_priority}" if not problem
                            else "normal")
         if cfg.realtime_priority and problem:
             self.get_logger().warning(f"realtime_priority: {problem}; running with normal "
                                       "scheduling (expect more period jitter under load)")
-        rate = "a tick per joint_states" if self.tick_on_joint_states else f"{cfg.rate_hz:.0f} Hz"
+        rate = ("a tick per joint_states" if self.tick_on_joint_states
+                else f"{cfg.rate_hz:.0f} Hz on a thread of its own")
         self.get_logger().info(f"pd_tracker_node ready: {rate}, blend "
                                f"'{cfg.blend_strategy}', joints {list(cfg.joint_names)}, "
                                f"scheduling {self.scheduling}")
@@ -135,8 +166,21 @@ class PdTrackerNode(Node):
         if self.rejects.record(reason, time.monotonic()):
             self.get_logger().error(f"{message} [{self.rejects.counts[reason]} so far]")
 
+    def destroy_node(self) -> None:
+        if self.loop is not None:
+            self.loop.stop()
+        super().destroy_node()
+
     def _on_chunk(self, msg: JointTrajectory) -> None:
-        decision = self.tracker.submit_chunk(chunk_from_msg(msg), self._now_s())
+        chunk = chunk_from_msg(msg)
+        if self.loop is None:
+            self._submit(chunk)
+        else:
+            self._pending_chunks.append(chunk)
+
+    def _submit(self, chunk: ActionChunk) -> None:
+        with self._tracker_lock:
+            decision = self.tracker.submit_chunk(chunk, self._now_s())
         if decision.accepted:
             return
         if decision.reason is RejectReason.SAME_STAMP:
@@ -161,11 +205,16 @@ class PdTrackerNode(Node):
             period_ms = (wall - self._last_tick_wall) * 1e3
             self.period_error_ms.add(abs(period_ms - 1e3 / self.config.rate_hz))
         self._last_tick_wall = wall
-        s = self.states
+        sample = self.states.latest
         now_s = self._now_s() if now_s is None else now_s
-        cmd = self.tracker.tick(now_s, s.q, s.qd, s.stamp_s, s.gripper_opening_m)
+        with self._tracker_lock:
+            if sample is None:
+                cmd = self.tracker.tick(now_s, None, None, None, None)
+            else:
+                cmd = self.tracker.tick(now_s, sample.q_rad, sample.qd_rad_s, sample.stamp_s,
+                                        sample.gripper_opening_m)
         if cmd.mode is TrackerMode.FAULT and cmd.fault != self._published_fault:
-            if s.stamp_s is None:  # start-up: the arm's first joint_states are on their way
+            if sample is None:  # start-up: the arm's first joint_states are on their way
                 self.get_logger().info("waiting for the first joint_states (zero effort "
                                        "until they arrive)")
             else:
@@ -182,17 +231,22 @@ class PdTrackerNode(Node):
             ref.position = list(cmd.q_ref)
             ref.velocity = list(cmd.qd_ref)
             self.reference_pub.publish(ref)
-        self._window_ticks += 1
+        self._ticks_total += 1
         self.tick_ms.add((time.perf_counter() - wall) * 1e3)
+        while self._pending_chunks:
+            self._submit(self._pending_chunks.popleft())
 
     def _publish_diagnostics(self) -> None:
-        now = time.perf_counter()
-        rate = self._window_ticks / max(1e-9, now - self._window_start)
-        self._window_ticks, self._window_start = 0, now
-        info = self.tracker.diagnostics()
+        if self.loop is not None and self.loop.failure is not None:
+            raise RuntimeError("pd_tracker_node's control loop stopped") from self.loop.failure
+        now, ticks = time.perf_counter(), self._ticks_total
+        rate = (ticks - self._window[0]) / max(1e-9, now - self._window[1])
+        self._window = (ticks, now)
+        with self._tracker_lock:
+            info = self.tracker.diagnostics()
         status = DiagnosticStatus(name=f"{self.get_name()}: pd tracker", hardware_id="arm")
         mode = info["mode"]
-        if mode == TrackerMode.FAULT.value and self.states.stamp_s is None:
+        if mode == TrackerMode.FAULT.value and self.states.latest is None:
             status.level, status.message = DiagnosticStatus.WARN, "waiting for joint_states"
         elif mode == TrackerMode.FAULT.value:
             status.level, status.message = DiagnosticStatus.ERROR, f"fault: {info['fault']}"
@@ -211,6 +265,7 @@ class PdTrackerNode(Node):
             "period_error_ms_max": f"{self.period_error_ms.max():.4f}",
             "tick_ms_p50": f"{self.tick_ms.percentile(50):.4f}",
             "tick_ms_p99": f"{self.tick_ms.percentile(99):.4f}",
+            "skipped_deadlines": str(self.loop.skipped_deadlines if self.loop else 0),
             "chunks_accepted": str(info["chunks_accepted"]),
             **{f"chunks_rejected_{r}": str(n) for r, n in info["chunks_rejected"].items()},
             "points_dropped": str(info["points_dropped"]),

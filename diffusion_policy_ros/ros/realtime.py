@@ -1,6 +1,6 @@
 """Real-time scheduling for control loops, the way ros2_control's controller manager does it.
 
-Under ``SCHED_FIFO`` the kernel runs the loop's process as soon as it wakes,
+Under ``SCHED_FIFO`` the kernel runs the loop's thread as soon as it wakes,
 ahead of every normal-priority task (policy inference, rendering), which is
 what keeps a 500 Hz period steady on a loaded machine. Linux's RT throttling
 (95% of each second by default) bounds what a runaway loop could take.
@@ -9,10 +9,16 @@ what keeps a 500 Hz period steady on a loaded machine. Linux's RT throttling
 from __future__ import annotations
 
 import os
+import threading
+import time
+from collections.abc import Callable
 
 
 def request_fifo_priority(priority: int) -> str:
-    """Put this process under SCHED_FIFO at ``priority``; '' on success, else why not."""
+    """Put the calling thread under SCHED_FIFO at ``priority``; '' on success, else why not.
+
+    On Linux the policy is per thread; threads started afterwards inherit it.
+    """
     if priority <= 0:
         return "not requested"
     if not hasattr(os, "sched_setscheduler"):
@@ -25,3 +31,61 @@ def request_fifo_priority(priority: int) -> str:
     except OSError as exc:
         return f"SCHED_FIFO priority {priority} refused: {exc}"
     return ""
+
+
+class PeriodicThread:
+    """Calls ``step()`` every ``period_s`` at absolute steady-clock deadlines, on its own thread.
+
+    Why not an executor timer: a timer shares its thread with every callback of the
+    node, so a chunk conversion or a burst of joint_states that happens to run when
+    the deadline passes delays the tick by its whole length. Here the loop sleeps to
+    its deadline on a thread under ``SCHED_FIFO`` and needs only the GIL, which the
+    executor releases while it waits and hands over within the switch interval
+    while it runs Python (the node shortens that interval). A late wake-up never
+    makes up missed deadlines in a burst: they are skipped and counted.
+    """
+
+    def __init__(self, step: Callable[[], None], period_s: float, priority: int, name: str):
+        self._step = step
+        self.period_s = period_s
+        self.priority = priority
+        self.scheduling_problem = "not started"
+        self.skipped_deadlines = 0
+        self.failure: BaseException | None = None
+        self._stop = threading.Event()
+        self._started = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> str:
+        """Start the loop; '' when it runs under SCHED_FIFO, else why not (it runs anyway)."""
+        self._thread.start()
+        self._started.wait()
+        return self.scheduling_problem
+
+    def stop(self, timeout_s: float = 1.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout_s)
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def _run(self) -> None:
+        # On Linux a scheduling policy belongs to a thread: this one alone gets it.
+        self.scheduling_problem = request_fifo_priority(self.priority)
+        self._started.set()
+        deadline_s = time.monotonic()
+        try:
+            while not self._stop.is_set():
+                deadline_s += self.period_s
+                delay_s = deadline_s - time.monotonic()
+                if delay_s > 0.0:
+                    time.sleep(delay_s)
+                elif delay_s <= -self.period_s:
+                    skipped = int(-delay_s // self.period_s)
+                    self.skipped_deadlines += skipped
+                    deadline_s += skipped * self.period_s
+                self._step()
+        except BaseException as exc:  # reported by the owner (see ``failure``)
+            self.failure = exc

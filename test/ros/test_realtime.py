@@ -1,10 +1,13 @@
-"""SCHED_FIFO request: granted, or refused with a reason; never an exception."""
+"""SCHED_FIFO request: granted, or refused with a reason; never an exception. The periodic
+control thread: steps until stopped, skips missed deadlines, keeps its failure."""
 
 import os
 import subprocess
 import sys
+import threading
+import time
 
-from diffusion_policy_ros.ros.realtime import request_fifo_priority
+from diffusion_policy_ros.ros.realtime import PeriodicThread, request_fifo_priority
 
 
 def test_zero_means_not_requested():
@@ -19,3 +22,45 @@ def test_fifo_is_granted_or_refused_with_a_reason():
                          timeout=60, env=os.environ.copy(), check=True).stdout.splitlines()
     result, fifo = out[0], out[1] == "True"
     assert (result == "granted" and fifo) or ("SCHED_FIFO" in result and not fifo)
+
+
+def test_periodic_thread_steps_until_stopped():
+    steps = threading.Semaphore(0)
+    loop = PeriodicThread(steps.release, period_s=0.002, priority=0, name="test_loop")
+    assert loop.start() == "not requested"
+    for _ in range(20):
+        assert steps.acquire(timeout=10.0)
+    loop.stop()
+    assert not loop.running and loop.failure is None
+
+
+def test_periodic_thread_skips_missed_deadlines_instead_of_bursting():
+    period_s = 0.002
+    calls = []
+
+    def step():
+        calls.append(time.monotonic())
+        if len(calls) == 3:
+            time.sleep(3.5 * period_s)  # an overrun of more than three periods
+
+    loop = PeriodicThread(step, period_s=period_s, priority=0, name="test_loop")
+    loop.start()
+    deadline = time.monotonic() + 10.0
+    while len(calls) < 6 and time.monotonic() < deadline:
+        time.sleep(0.001)  # ok-sleep: polling a deadline-bounded condition
+    loop.stop()
+    assert len(calls) >= 6
+    assert loop.skipped_deadlines >= 2
+
+
+def test_periodic_thread_keeps_a_failure_for_its_owner():
+    def step():
+        raise ValueError("law failed")
+
+    loop = PeriodicThread(step, period_s=0.002, priority=0, name="test_loop")
+    loop.start()
+    deadline = time.monotonic() + 10.0
+    while loop.running and time.monotonic() < deadline:
+        time.sleep(0.001)  # ok-sleep: polling a deadline-bounded condition
+    assert not loop.running
+    assert isinstance(loop.failure, ValueError)
