@@ -255,11 +255,22 @@ def ros2_env(colcon_install):
 
 
 @pytest.fixture(scope="session")
-def readme_instruction() -> str:
-    """The instruction command of README.md's "ROS 2 users" section, verbatim."""
+def readme_ros2_command():
+    """Finds a `ros2 ...` line of README.md's "ROS 2 users" section by its start and a
+    part of it: the command verbatim, its comment cut."""
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     section = readme.split("## ROS 2 users", 1)[1].split("\n## ", 1)[0]
     commands = [line.split("  #")[0].strip() for line in section.splitlines()
-                if line.startswith("ros2 topic pub --once") and " /instruction " in line]
-    assert commands, "README.md's ROS 2 section lost its instruction command"
-    return commands[0]
+                if line.startswith("ros2 ")]
+
+    def find(start: str, contains: str) -> str:
+        found = [c for c in commands if c.startswith(start) and contains in c]
+        assert found, f"README.md's ROS 2 section lost its '{start} ... {contains}' command"
+        return found[0]
+    return find
+
+
+@pytest.fixture(scope="session")
+def readme_instruction(readme_ros2_command) -> str:
+    """The instruction command of README.md's "ROS 2 users" section, verbatim."""
+    return readme_ros2_command("ros2 topic pub --once", " /instruction ")

@@ -137,11 +137,11 @@ def test_replay_launch_plays_a_dpr_collect_bag_and_ends_by_itself(
 
 @pytest.mark.slow
 def test_readme_instruction_makes_the_simulated_arm_lift_the_red_cube(
-        ros, ros2_env, ros2_command, readme_instruction):
+        ros, ros2_env, ros2_command, readme_instruction, readme_ros2_command):
     """The README's path: grasp.launch.py (sim paced to 0.3x real time on sim time, the
     layout of seed 1), then the README's `ros2 topic pub --once` command verbatim; the
-    sim scores the object the words name and the shipped policy lifts it; `ros2 topic
-    echo` shows the score and a reset keeps the instruction. Seed 1: a layout where the
+    sim scores the object the words name and the shipped policy lifts it; the README's
+    `ros2 topic echo` shows the score and its reset keeps the instruction. Seed 1: a layout where the
     shipped student lifted the red cube in every fresh-noise run in process (on seed 0's,
     about half); how often the policy succeeds is dpr eval's to measure, not this test's."""
     episodes, policy = [], {}
@@ -171,15 +171,17 @@ def test_readme_instruction_makes_the_simulated_arm_lift_the_red_cube(
     assert final["target"] == "red_cube" and final["instruction"] == "pick up the red cube"
     assert final["status"] == "success", (final, launch.log()[-4000:])
     # The README's next two commands: the score as JSON, a reset keeping the instruction.
+    echo_command = readme_ros2_command("ros2 topic echo --once", " /sim/episode")
+    reset_command = readme_ros2_command("ros2 service call", "/sim_node/reset")
     try:
         # A fresh CLI process may not have discovered the topic's type yet ("does not
         # appear to be published yet"): as a user would, run it again.
         for _ in range(5):
-            echo = _shell("ros2 topic echo --once /sim/episode", ros2_env)
+            echo = _shell(echo_command, ros2_env)
             if "does not appear to be published yet" not in echo.stdout:
                 break
         assert '"status": "success"' in echo.stdout, echo.stdout + echo.stderr
-        reset = _shell("ros2 service call /sim_node/reset std_srvs/srv/Trigger", ros2_env)
+        reset = _shell(reset_command, ros2_env)
         assert "success=True" in reset.stdout and "pick up the red cube" in reset.stdout, \
             reset.stdout + reset.stderr
     finally:
