@@ -141,9 +141,10 @@ def test_readme_instruction_makes_the_simulated_arm_lift_the_red_cube(
     """The README's path: grasp.launch.py (sim paced to 0.3x real time on sim time, the
     layout of seed 1), then the README's `ros2 topic pub --once` command verbatim; the
     sim scores the object the words name and the shipped policy lifts it; the README's
-    `ros2 topic echo` shows the score and its reset keeps the instruction. Seed 1: a layout where the
-    shipped student lifted the red cube in every fresh-noise run in process (on seed 0's,
-    about half); how often the policy succeeds is dpr eval's to measure, not this test's."""
+    `ros2 topic echo` shows the score and its reset keeps the instruction. Seed 1: a
+    layout where the shipped student lifted the red cube in every fresh-noise run in
+    process (on seed 0's, about half); how often the policy succeeds is dpr eval's to
+    measure, not this test's."""
     episodes, policy = [], {}
     ros.node.create_subscription(String, "sim/episode",
                                  lambda m: episodes.append(json.loads(m.data)), LATCHED)
