@@ -11,6 +11,9 @@ import json
 
 from diffusion_policy_ros.cli.passthrough import add_module_command, run_module
 
+TRACKER_LOADS = ("none", "policy", "saturated")
+"""``bench.tracker_loop.LOADS``, named here so that parsing arguments does not import rclpy."""
+
 
 def add_parser(sub) -> None:
     bench = sub.add_parser("bench", help="benchmarks that print their figures")
@@ -27,9 +30,8 @@ def add_parser(sub) -> None:
                          help="realtime_priority values to compare (0 = normal scheduling)")
     tracker.add_argument("--rates", type=float, nargs="+", default=[500.0, 1000.0],
                          help="control rates (Hz)")
-    tracker.add_argument("--loads", nargs="+", default=["none", "policy", "saturated"],
-                         choices=["none", "policy", "saturated"],
-                         help="CPU loads next to the node")
+    tracker.add_argument("--loads", nargs="+", default=list(TRACKER_LOADS),
+                         choices=TRACKER_LOADS, help="CPU loads next to the node")
     tracker.add_argument("--json", help="also write the rows to this JSON file")
     tracker.set_defaults(func=_tracker)
 

@@ -64,7 +64,7 @@ class PeriodicThread:
 
     def stop(self, timeout_s: float = 1.0) -> None:
         self._stop.set()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
+        if self._thread.is_alive():
             self._thread.join(timeout_s)
 
     @property

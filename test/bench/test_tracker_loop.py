@@ -1,6 +1,8 @@
-"""dpr bench tracker's table: one row per configuration, a missing node said as such."""
+"""dpr bench tracker: one table row per configuration (a missing node said as such); the
+CLI offers the loads the bench knows."""
 
-from diffusion_policy_ros.bench.tracker_loop import format_table
+from diffusion_policy_ros.bench.tracker_loop import LOADS, format_table
+from diffusion_policy_ros.cli.bench import TRACKER_LOADS
 
 
 def test_table_has_a_row_per_configuration_and_names_missing_diagnostics():
@@ -16,3 +18,7 @@ def test_table_has_a_row_per_configuration_and_names_missing_diagnostics():
     assert lines[2] == ("| 500 Hz | saturated | SCHED_FIFO 50 | 500.0 | 0.005 / 0.200 / 1.000 "
                         "| 0.130 / 0.280 | 0 |")
     assert lines[3].startswith("| 1000 Hz | none | | no diagnostics |")
+
+
+def test_the_cli_offers_the_loads_the_bench_knows():
+    assert TRACKER_LOADS == LOADS

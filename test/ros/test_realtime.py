@@ -36,31 +36,34 @@ def test_periodic_thread_steps_until_stopped():
 
 def test_periodic_thread_skips_missed_deadlines_instead_of_bursting():
     period_s = 0.002
-    calls = []
+    steps = threading.Semaphore(0)
+    count = [0]
 
     def step():
-        calls.append(time.monotonic())
-        if len(calls) == 3:
-            time.sleep(3.5 * period_s)  # an overrun of more than three periods
+        count[0] += 1
+        if count[0] == 3:
+            time.sleep(3.5 * period_s)  # ok-sleep: a deliberate overrun of over three periods
+        steps.release()
 
     loop = PeriodicThread(step, period_s=period_s, priority=0, name="test_loop")
     loop.start()
-    deadline = time.monotonic() + 10.0
-    while len(calls) < 6 and time.monotonic() < deadline:
-        time.sleep(0.001)  # ok-sleep: polling a deadline-bounded condition
+    for _ in range(6):
+        assert steps.acquire(timeout=10.0)
     loop.stop()
-    assert len(calls) >= 6
+    assert count[0] >= 6
     assert loop.skipped_deadlines >= 2
 
 
 def test_periodic_thread_keeps_a_failure_for_its_owner():
+    stepped = threading.Event()
+
     def step():
+        stepped.set()
         raise ValueError("law failed")
 
     loop = PeriodicThread(step, period_s=0.002, priority=0, name="test_loop")
     loop.start()
-    deadline = time.monotonic() + 10.0
-    while loop.running and time.monotonic() < deadline:
-        time.sleep(0.001)  # ok-sleep: polling a deadline-bounded condition
+    assert stepped.wait(timeout=10.0)
+    loop.stop()  # joins the thread, which has ended with the failure
     assert not loop.running
     assert isinstance(loop.failure, ValueError)
