@@ -133,7 +133,9 @@ def run(opts: Options) -> int:
 
     try:
         processes.start()  # before rclpy.init: no threads yet when the children fork
-        rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
+        # args=[]: this process's own argv are dpr options; rcl would read a node
+        # override such as backend:=aotinductor among them as a remap rule of its own.
+        rclpy.init(args=[], signal_handler_options=SignalHandlerOptions.NO)
         commander = GraspCommander(
             namespace=opts.namespace, use_sim_time=opts.use_sim_time,
             stop_reason=lambda: signalled[0] if signalled else processes.exit_reason(),

@@ -69,8 +69,20 @@ def summarize(outcomes: list[dict], latencies_ms: list[float], diagnostics: dict
                                   else None),
         "sim_lockstep_wait_ms": {"p50": f(sim.get("lockstep_wait_ms_p50")),
                                  "p99": f(sim.get("lockstep_wait_ms_p99"))},
-        "sim_real_time_factor": f(sim.get("real_time_factor")),
+        "sim_real_time_factor": achieved_real_time_factor(outcomes,
+                                                          f(sim.get("real_time_factor"))),
+        "sim_real_time_factor_last_window": f(sim.get("real_time_factor")),
     }
+
+
+def achieved_real_time_factor(outcomes: list[dict], last_window: float | None) -> float | None:
+    """Sim seconds per wall second over the measured episodes (their sim duration over
+    their wall duration); without timed episodes, the sim's own figure for its last
+    diagnostics window, which after the last episode can cover a pause or a reset."""
+    timed = [o for o in outcomes if o.get("wall_s") and o.get("elapsed_s") is not None]
+    if not timed:
+        return last_window
+    return round(sum(o["elapsed_s"] for o in timed) / sum(o["wall_s"] for o in timed), 3)
 
 
 def format_summary(summary: dict) -> str:

@@ -31,7 +31,8 @@ def test_one_episode_through_the_real_nodes(tiny_bringup_command, bringup_env,
                                             assert_children_gone, tmp_path, extra):
     out = tmp_path / "out"
     cmd = tiny_bringup_command(out, "--sim", "--episodes", "1", "--seed", "3",
-                       "--sim-param", "time_limit_s:=5.0", *extra)
+                       "--sim-param", "time_limit_s:=5.0", "--policy-param", "backend:=torch",
+                       *extra)
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=bringup_env)
     logs = "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}"
                      for p in sorted((out / "logs").glob("*.log")))
@@ -78,6 +79,9 @@ def test_one_episode_through_the_real_nodes(tiny_bringup_command, bringup_env,
     assert_children_gone(summary)
     assert "success rate" in result.stdout
     assert isinstance(summary["diagnostics_errors"], dict)
+    # The KEY:=VALUE overrides are the nodes', not remap rules of dpr bringup's own node
+    # (rcl reads backend:=torch in a process's argv as one and warns).
+    assert "remap rule" not in result.stdout + result.stderr
     assert "ERROR on /diagnostics after start-up" in result.stdout
 
 

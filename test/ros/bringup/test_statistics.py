@@ -26,3 +26,14 @@ def test_summary_figures():
     assert "pd_tracker_node x2 (fault: joint_states stale)" in text
     assert "after start-up: none" in format_summary(empty)
 
+
+
+def test_the_real_time_factor_is_the_episodes_sim_over_wall_time():
+    diagnostics = {"sim_node": {"real_time_factor": "0.34"}}  # a window after the last episode
+    outcomes = [{"status": "success", "elapsed_s": 6.0, "wall_s": 10.0},
+                {"status": "success", "elapsed_s": 4.0, "wall_s": 6.0}]
+    s = summarize(outcomes, [], diagnostics, None)
+    assert s["sim_real_time_factor"] == 0.625
+    assert s["sim_real_time_factor_last_window"] == 0.34
+    assert summarize([{"status": "success"}], [], diagnostics, None)[
+        "sim_real_time_factor"] == 0.34  # no wall times (the graph ran without --episodes)
