@@ -43,7 +43,8 @@ class ConsistencySchedule:
         self.alphas_cumprod = make_training_scheduler(config).alphas_cumprod.float()
         skip = config.consistency_skip
         # Top of the grid = where the teacher's DDIM ("leading" spacing) starts.
-        self.grid = torch.arange(0, config.num_train_timesteps, skip, dtype=torch.long)
+        self.grid_times = range(0, config.num_train_timesteps, skip)
+        self.grid = torch.tensor(self.grid_times, dtype=torch.long)
         self.skip = skip
         self.sigma_min = float(self.sigma(self.grid[:1])[0])
 
@@ -105,17 +106,17 @@ class ConsistencySchedule:
 
     def sampling_timesteps(self, steps: int) -> list[int]:
         """``steps`` distinct grid times, the top of the grid first, evenly spread below."""
-        n = len(self.grid)
+        n = len(self.grid_times)
         if not 1 <= steps <= n:
             raise ValueError(f"consistency sampling takes 1..{n} steps on this grid "
                              f"(skip {self.skip}), got {steps}")
         from_top = sorted({round(i * n / steps) for i in range(steps)})
-        return [int(self.grid[n - 1 - k]) for k in from_top]
+        return [self.grid_times[n - 1 - k] for k in from_top]
 
 
 def consistency_sample(denoiser, cond: torch.Tensor, schedule: ConsistencySchedule,
                        noises: torch.Tensor, timesteps: list[int]) -> torch.Tensor:
-    """Multistep consistency sampling: (B, cond_dim) -> normalised (B, T, D) chunk.
+    """Multistep consistency sampling: (B or 1, cond_dim) -> normalised (B, T, D) chunk.
 
     ``noises`` (len(timesteps), B, T, D): the first starts the chain at the grid's top
     (as the teacher's DDIM does), each later one re-noises the clean estimate to the
@@ -127,7 +128,7 @@ def consistency_sample(denoiser, cond: torch.Tensor, schedule: ConsistencySchedu
         tt = torch.full((x.shape[0],), t, dtype=torch.long, device=x.device)
         if i > 0:
             x = schedule.add_noise(clean, noises[i], tt)
-        clean = schedule.consistency(denoiser(x, tt, cond).float(), x, tt)
+        clean = schedule.consistency(denoiser(x, t, cond).float(), x, tt)
         if schedule.clip_range is not None:
             clean = clean.clamp(-schedule.clip_range, schedule.clip_range)
     return clean

@@ -55,7 +55,9 @@ class DiTBlock(nn.Module):
 
 
 class DiffusionTransformer(nn.Module):
-    """``forward(sample (B, T, Da), timestep (B,), cond (B, C)) -> (B, T, Da)``."""
+    """``forward(sample (B, T, Da), timestep (B,), cond (B, C)) -> (B, T, Da)``; a
+    condition of batch 1 with a scalar timestep is shared by the whole batch (its
+    modulation computed once)."""
 
     def __init__(self, action_dim: int, cond_dim: int, horizon: int, *, width: int,
                  heads: int, mlp_ratio: float, layers: list[int], timestep_dim: int):
@@ -74,7 +76,7 @@ class DiffusionTransformer(nn.Module):
 
     def forward(self, sample: torch.Tensor, timestep: torch.Tensor | int,
                 cond: torch.Tensor) -> torch.Tensor:
-        t = timesteps_for(timestep, sample.shape[0], sample.device)
+        t = timesteps_for(timestep, cond.shape[0], sample.device)
         c = self.timestep_encoder(t) + self.cond_proj(cond)
         x = self.input_proj(sample) + self.pos
         for block in self.blocks.values():

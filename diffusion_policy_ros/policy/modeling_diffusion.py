@@ -340,8 +340,9 @@ class DiffusionPolicy(nn.Module):
         apart) as a mean or median would.
         """
         k = num_samples
-        samples = self.denoise(cond.repeat_interleave(k, dim=0), noises, num_inference_steps,
-                               timer)
+        # One observation: its condition is shared by the K samples, not copied K times.
+        shared = cond if cond.shape[0] == 1 else cond.repeat_interleave(k, dim=0)
+        samples = self.denoise(shared, noises, num_inference_steps, timer)
         if self.chunk_lowpass is not None:
             samples = smooth_arm_paths(samples, self.chunk_lowpass)
         if k > 1:

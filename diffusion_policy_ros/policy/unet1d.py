@@ -79,6 +79,9 @@ class Upsample1d(nn.Sequential):
 class FilmUnet1d(nn.Module):
     """``forward(sample (B, T, Da), timestep (B,), cond (B, C)) -> (B, T, Da)``.
 
+    A condition of batch 1 with a scalar timestep is shared by the whole batch: its
+    FiLM scales and shifts are computed once (K samples of one observation).
+
     Channels ``base_dim * 2**level`` for ``levels`` resolutions; T must divide
     by ``2**(levels - 1)``.
     """
@@ -110,7 +113,7 @@ class FilmUnet1d(nn.Module):
 
     def forward(self, sample: torch.Tensor, timestep: torch.Tensor | int,
                 cond: torch.Tensor) -> torch.Tensor:
-        t = timesteps_for(timestep, sample.shape[0], sample.device)
+        t = timesteps_for(timestep, cond.shape[0], sample.device)
         film = torch.cat([self.timestep_encoder(t), cond], dim=-1)
         x = sample.transpose(1, 2)
         skips = []
