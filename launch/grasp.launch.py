@@ -43,7 +43,7 @@ from diffusion_policy_ros.sim.sim_config import SimConfig
 PACKAGE = "diffusion_policy_ros"
 #: Launch arguments that set a sim_node / policy_node parameter of the same name.
 SIM_ARGUMENTS = ("real_time_factor", "seed", "time_limit_s")
-POLICY_ARGUMENTS = ("device", "precision", "backend", "onnx_dir", "num_inference_steps",
+POLICY_ARGUMENTS = ("device", "precision", "backend", "graph_dir", "num_inference_steps",
                     "num_samples", "num_threads")
 #: Launch defaults that differ from the parameter files.
 POLICY_DEFAULTS = {"device": "auto"}

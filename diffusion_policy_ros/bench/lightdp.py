@@ -27,12 +27,17 @@ import torch
 import yaml
 
 from diffusion_policy_ros.config import CONFIG_DIR, DATA_DIR
-from diffusion_policy_ros.policy.export import MANIFEST
+from diffusion_policy_ros.policy.export import AOT_MANIFEST, MANIFEST
 from diffusion_policy_ros.policy.language import LanguageEmbedder
-from diffusion_policy_ros.policy.runner import ONNX_SUBDIR, PolicyRunner, synthetic_observation
+from diffusion_policy_ros.policy.runner import (
+    GRAPH_SUBDIRS,
+    PolicyRunner,
+    synthetic_observation,
+)
 
 INSTRUCTION = "pick up the red cube"
 EVAL_KINDS = ("task", "switch", "depth_noise", "wrong")
+GRAPH_MANIFESTS = {"onnxruntime": MANIFEST, "aotinductor": AOT_MANIFEST}
 
 
 @dataclasses.dataclass
@@ -190,11 +195,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"dpr bench lightdp: no checkpoint for {', '.join(missing)} (the YAML says how "
               "to make each)", flush=True)
         rows = [r for r in rows if r.label not in missing]
-    unexported = [r.label for r in rows if r.backend == "onnxruntime"
-                  and not (_resolve(r.checkpoint) / ONNX_SUBDIR / MANIFEST).exists()]
+    unexported = [r.label for r in rows if r.backend in GRAPH_SUBDIRS
+                  and not (_resolve(r.checkpoint) / GRAPH_SUBDIRS[r.backend]
+                           / GRAPH_MANIFESTS[r.backend]).exists()]
     if unexported:
-        print(f"dpr bench lightdp: skipping {', '.join(unexported)}: no ONNX graphs (dpr "
-              "export --checkpoint CKPT writes them)", flush=True)
+        print(f"dpr bench lightdp: skipping {', '.join(unexported)}: no exported graphs (dpr "
+              "export --checkpoint CKPT [--format aotinductor] writes them)", flush=True)
         rows = [r for r in rows if r.label not in unexported]
     results = measure(rows, args.chunks, args.threads)
     machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"

@@ -26,9 +26,10 @@ def add_parser(sub) -> None:
     evaluation.add_argument("--out", help="write per-episode GIF (camera view + predicted "
                             "end-effector path) and PNG plot (references vs measured joints, "
                             "chunk latency) into this directory")
-    evaluation.add_argument("--backend", choices=["torch", "onnxruntime"], default="torch",
-                            help="runtime (onnxruntime: the graphs dpr export wrote into "
-                            "CHECKPOINT/onnx)")
+    evaluation.add_argument("--backend", choices=["torch", "onnxruntime", "aotinductor"],
+                            default="torch", help="runtime (onnxruntime / aotinductor: the "
+                            "graphs dpr export [--format aotinductor] wrote into "
+                            "CHECKPOINT/onnx or CHECKPOINT/aot)")
     evaluation.add_argument("--depth-noise", action="store_true", help="turn on the simulated "
                             "Kinect's time-of-flight depth noise and dropouts (robustness)")
     evaluation.add_argument("--noise", choices=("stream", "fixed", "fresh"), default="stream",

@@ -1,24 +1,30 @@
-"""Static-graph export of a policy checkpoint to ONNX (``dpr export``).
+"""Static-graph export of a policy checkpoint (``dpr export``): ONNX for ONNX Runtime,
+or AOTInductor packages (``torch.export`` + Inductor compiled ahead of time to a
+shared library for this machine's CPU).
 
 A chunk is two graphs with fixed shapes, the split ``PolicyRunner`` caches at:
 
-- ``frame_encoder.onnx``: one camera frame (image uint8 (1, 3, H, W), points
+- ``frame_encoder.onnx`` / ``.pt2``: one camera frame (image uint8 (1, 3, H, W), points
   (1, N, 3) base_link m, colours uint8 (1, N, 3)) + instruction embedding (1, L)
   -> the per-frame features (``DiffusionPolicy.encode_frames``), run once per frame;
-- ``chunk.onnx``: the To frames' features + instruction + joint states (1, To, D) +
+- ``chunk.onnx`` / ``.pt2``: the To frames' features + instruction + joint states (1, To, D) +
   initial noise (S, K, T, D) -> (1, T, D) joint targets: fusion, the fixed-step
   sampler (DDIM or consistency, unrolled), the medoid of K and un-normalisation.
 
 The noise is an input, so the graph is deterministic and checked against eager
-torch on the same inputs. ``onnx.json`` beside the graphs names the checkpoint's
-weights hash, the sampler, steps, K and every input and output shape; the
-ONNX Runtime backend refuses graphs whose manifest does not match the checkpoint
-it is asked to run.
+torch on the same inputs. The manifest beside the graphs (``onnx.json`` /
+``aot.json``) names the checkpoint's weights hash, the sampler, steps, K and every
+input and output shape; a backend refuses graphs whose manifest does not match the
+checkpoint it is asked to run. An AOTInductor package is native code built for one
+torch version and CPU: its manifest records both and each package's sha256, and it is
+meant to be built where it runs, not copied from elsewhere.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import platform
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -26,12 +32,17 @@ import numpy as np
 import torch
 from torch import nn
 
+from diffusion_policy_ros.errors import InputError
 from diffusion_policy_ros.policy.modeling_diffusion import DiffusionPolicy
 
 MANIFEST = "onnx.json"
 FRAME_GRAPH = "frame_encoder.onnx"
 CHUNK_GRAPH = "chunk.onnx"
 MANIFEST_FORMAT = "diffusion_policy_ros.onnx/1"
+AOT_MANIFEST = "aot.json"
+AOT_FRAME_PACKAGE = "frame_encoder.pt2"
+AOT_CHUNK_PACKAGE = "chunk.pt2"
+AOT_MANIFEST_FORMAT = "diffusion_policy_ros.aotinductor/1"
 
 
 def frame_feature_keys(policy: DiffusionPolicy) -> list[str]:
@@ -129,16 +140,83 @@ def export_onnx(policy: DiffusionPolicy, out_dir: str | Path, weights_sha256: st
     head = ChunkGraph(policy, steps, k)
     _export(head, (*chunk_in.values(), *frames), out_dir / CHUNK_GRAPH,
             [*chunk_in, *keys], ["chunk"], opset)
-    manifest = {
-        "format": MANIFEST_FORMAT, "weights_sha256": weights_sha256, "sampler": c.sampler,
+    manifest = {"format": MANIFEST_FORMAT,
+                **_manifest(policy, weights_sha256, steps, k, frame_in, chunk_in, features),
+                "opset": opset}
+    (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    return manifest
+
+
+def _manifest(policy: DiffusionPolicy, weights_sha256: str | None, steps: int, k: int,
+              frame_in: dict, chunk_in: dict, features: Sequence[torch.Tensor]) -> dict:
+    """What both graph formats record: the weights, the sampler and every shape."""
+    c = policy.config
+    return {
+        "weights_sha256": weights_sha256, "sampler": c.sampler,
         "num_inference_steps": steps, "num_samples": k,
         "chunk_lowpass_terms": c.chunk_lowpass_terms, "n_obs_steps": c.n_obs_steps,
         "frame_inputs": {n: list(t.shape) for n, t in frame_in.items()},
-        "frame_features": {n: list(t.shape[1:]) for n, t in zip(keys, features, strict=True)},
+        "frame_features": {n: list(t.shape[1:])
+                           for n, t in zip(frame_feature_keys(policy), features, strict=True)},
         "chunk_inputs": {n: list(t.shape) for n, t in chunk_in.items()},
-        "chunk_output": [1, c.horizon, c.action_dim], "opset": opset,
+        "chunk_output": [1, c.horizon, c.action_dim],
     }
-    (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+
+
+def file_sha256(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def aot_platform() -> dict[str, str]:
+    """What an AOTInductor package is tied to: the torch build and the CPU architecture."""
+    return {"torch": torch.__version__, "machine": platform.machine()}
+
+
+@torch.no_grad()
+def export_aot(policy: DiffusionPolicy, out_dir: str | Path, weights_sha256: str | None,
+               steps: int | None = None, num_samples: int | None = None) -> dict:
+    """Compile the two graphs ahead of time with Inductor (needs a C++ compiler) into
+    ``out_dir``; return the manifest.
+
+    The weights are frozen into each package (Inductor's ``freezing``: constants
+    folded, linear weights prepacked), so a package runs exactly one checkpoint.
+    """
+    if policy.config.sampler != "consistency":
+        raise InputError(f"dpr export --format aotinductor compiles consistency students "
+                         f"(dpr distill); this checkpoint samples with "
+                         f"{policy.config.sampler!r}, whose scheduler torch.export cannot "
+                         f"trace: use --format onnx")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    policy = policy.to("cpu").eval().float()
+    c = policy.config
+    steps = steps or c.num_inference_steps
+    k = num_samples or c.num_samples
+    frame_in, chunk_in = example_inputs(policy, steps, k)
+    encoder = FrameEncoderGraph(policy)
+    features = encoder(*frame_in.values())
+    frames = tuple(f[:, None].expand(-1, c.n_obs_steps, *f.shape[1:]).contiguous()
+                   for f in features)
+    head = ChunkGraph(policy, steps, k)
+    packages = {}
+    for name, module, args in ((AOT_FRAME_PACKAGE, encoder, tuple(frame_in.values())),
+                               (AOT_CHUNK_PACKAGE, head, (*chunk_in.values(), *frames))):
+        path = out_dir / name
+        path.unlink(missing_ok=True)
+        program = torch.export.export(module, args)
+        torch._inductor.aoti_compile_and_package(program, package_path=str(path),
+                                                 inductor_configs={"freezing": True})
+        packages[name] = file_sha256(path)
+    manifest = {"format": AOT_MANIFEST_FORMAT,
+                **_manifest(policy, weights_sha256, steps, k, frame_in, chunk_in, features),
+                **aot_platform(), "threads_at_export": torch.get_num_threads(),
+                "packages_sha256": packages}
+    (out_dir / AOT_MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n",
+                                        encoding="utf-8")
     return manifest
 
 

@@ -13,7 +13,7 @@ from diffusion_policy_ros.config import param
 
 DEVICE_CHOICES = ("auto", "cpu", "cuda", "npu")
 PRECISION_CHOICES = ("fp32", "fp16", "bf16")
-BACKEND_CHOICES = ("torch", "onnxruntime")
+BACKEND_CHOICES = ("torch", "onnxruntime", "aotinductor")
 
 
 @dataclasses.dataclass
@@ -35,10 +35,11 @@ class PolicyNodeConfig:
         0, "Chunks sampled per observation, medoid returned; 0 = the checkpoint's "
         "num_samples", low=0, high=64)
     backend: str = param(
-        "torch", "Runtime: torch (eager, any device) | onnxruntime (the static graphs dpr "
-        "export wrote; CPU, fp32, the exported step count and K)", choices=BACKEND_CHOICES)
-    onnx_dir: str = param("", "Exported graphs for backend onnxruntime; empty = "
-                          "<checkpoint>/onnx")
+        "torch", "Runtime: torch (eager, any device) | onnxruntime | aotinductor (the static "
+        "graphs dpr export [--format aotinductor] wrote; CPU, fp32, the exported step count "
+        "and K)", choices=BACKEND_CHOICES)
+    graph_dir: str = param("", "Exported graphs for backend onnxruntime or aotinductor; "
+                           "empty = <checkpoint>/onnx or <checkpoint>/aot")
     num_threads: int = param(
         1, "torch intra-op threads for the process; 0 = leave torch's default. Measured: one "
         "thread degrades gracefully when the 500 Hz tracker shares the CPU, two stall",

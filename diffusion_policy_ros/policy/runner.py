@@ -31,6 +31,7 @@ from diffusion_policy_ros.policy.language import LanguageEmbedder
 from diffusion_policy_ros.policy.modeling_diffusion import DiffusionPolicy
 from diffusion_policy_ros.policy.runtime_backends import (
     BACKENDS,
+    AotInductorBackend,
     BackendError,
     OnnxRuntimeBackend,
     TorchBackend,
@@ -40,7 +41,9 @@ from diffusion_policy_ros.policy.timing import StageTimer
 Observation = Mapping[str, np.ndarray]
 
 ONNX_SUBDIR = "onnx"
-"""Where ``dpr export`` puts a checkpoint's graphs by default."""
+AOT_SUBDIR = "aot"
+GRAPH_SUBDIRS = {"onnxruntime": ONNX_SUBDIR, "aotinductor": AOT_SUBDIR}
+"""Where ``dpr export`` puts a checkpoint's graphs for each backend by default."""
 
 
 def synthetic_observation(policy: DiffusionPolicy, rng: np.random.Generator) -> dict:
@@ -70,9 +73,10 @@ class PolicyRunner:
                  precision: str = "fp32", language: LanguageEmbedder | None = None,
                  num_inference_steps: int | None = None, num_samples: int | None = None,
                  num_threads: int | None = None, backend: str = "torch",
-                 onnx_dir: str | Path | None = None, weights_sha256: str | None = None):
-        """``backend``: torch (eager, any device) | onnxruntime (the graphs ``dpr export``
-        wrote into ``onnx_dir``, CPU, fp32; checked against ``weights_sha256``)."""
+                 graph_dir: str | Path | None = None, weights_sha256: str | None = None):
+        """``backend``: torch (eager, any device) | onnxruntime | aotinductor (the graphs
+        ``dpr export`` wrote into ``graph_dir``, CPU, fp32; checked against
+        ``weights_sha256``)."""
         if backend not in BACKENDS:
             raise BackendError(f"backend {backend!r}: expected one of {', '.join(BACKENDS)}")
         self.device = resolve_device(device)
@@ -90,14 +94,19 @@ class PolicyRunner:
         self.num_samples = num_samples or self.config.num_samples
         self.timer = StageTimer(device_synchronizer(self.device))
         self.frame_cache = FrameFeatureCache(2 * self.config.n_obs_steps)
-        if backend == "onnxruntime":
+        if backend != "torch":
             if self.device.type != "cpu" or precision != "fp32":
-                raise BackendError(f"backend 'onnxruntime' runs on the CPU in fp32, asked for "
+                raise BackendError(f"backend {backend!r} runs on the CPU in fp32, asked for "
                                    f"{self.device.type} / {precision}: use backend 'torch'")
-            if onnx_dir is None:
-                raise BackendError("backend 'onnxruntime' needs the exported graphs' "
-                                   "directory (dpr export)")
-            self.backend = OnnxRuntimeBackend(onnx_dir, weights_sha256, self.num_inference_steps,
+            if graph_dir is None:
+                raise BackendError(f"backend {backend!r} needs the exported graphs' "
+                                   f"directory (dpr export)")
+        if backend == "aotinductor":
+            self.backend = AotInductorBackend(graph_dir, weights_sha256,
+                                              self.num_inference_steps, self.num_samples,
+                                              self.config.chunk_lowpass_terms)
+        elif backend == "onnxruntime":
+            self.backend = OnnxRuntimeBackend(graph_dir, weights_sha256, self.num_inference_steps,
                                               self.num_samples, num_threads,
                                               self.config.chunk_lowpass_terms)
         else:
@@ -107,10 +116,12 @@ class PolicyRunner:
     def from_checkpoint(cls, directory: str | Path, *, joint_names: Sequence[str] | None = None,
                         **kwargs) -> PolicyRunner:
         """Load a checkpoint (checked against ``joint_names`` when given) into a runner;
-        the onnxruntime backend reads ``directory/onnx`` unless ``onnx_dir`` is given."""
+        a static-graph backend reads ``directory/onnx`` or ``directory/aot`` unless
+        ``graph_dir`` is given."""
         policy, metadata = load_checkpoint(directory, joint_names=joint_names)
-        if kwargs.get("backend") == "onnxruntime" and not kwargs.get("onnx_dir"):
-            kwargs["onnx_dir"] = Path(directory) / ONNX_SUBDIR
+        subdir = GRAPH_SUBDIRS.get(kwargs.get("backend", "torch"))
+        if subdir and not kwargs.get("graph_dir"):
+            kwargs["graph_dir"] = Path(directory) / subdir
         return cls(policy, weights_sha256=metadata.get("weights_sha256"), **kwargs)
 
     def _check(self, observations: Sequence[Observation]) -> None:

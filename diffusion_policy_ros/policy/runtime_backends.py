@@ -1,5 +1,5 @@
-"""Runtime backends of ``PolicyRunner``: the two halves of a chunk on eager torch or on
-ONNX Runtime (``policy/export.py`` writes the graphs).
+"""Runtime backends of ``PolicyRunner``: the two halves of a chunk on eager torch, on
+ONNX Runtime or as AOTInductor packages (``policy/export.py`` writes the graphs).
 
 - ``encode_frame``: one camera frame + instruction -> per-frame features
   (``DiffusionPolicy.encode_frames``), cached per frame by the runner.
@@ -20,7 +20,7 @@ import torch
 from diffusion_policy_ros.policy.modeling_diffusion import DiffusionPolicy
 from diffusion_policy_ros.policy.timing import StageTimer, timed
 
-BACKENDS = ("torch", "onnxruntime")
+BACKENDS = ("torch", "onnxruntime", "aotinductor")
 
 
 class TorchBackend:
@@ -49,6 +49,34 @@ class BackendError(ValueError):
     """A backend cannot run this checkpoint; the message says why and what to do."""
 
 
+def read_manifest(path: Path, expected_format: str, weights_sha256: str | None, steps: int,
+                  num_samples: int, chunk_lowpass_terms: int, export_command: str) -> dict:
+    """An export's manifest, checked against the checkpoint and the runner's settings
+    (everything a static graph has fixed); ``BackendError`` says what does not match."""
+    if not path.exists():
+        raise BackendError(f"{path} not found: export the checkpoint first "
+                           f"({export_command})")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise BackendError(f"{path} is unreadable ({exc}): export again") from exc
+    if not isinstance(manifest, dict) or manifest.get("format") != expected_format:
+        found = manifest.get("format") if isinstance(manifest, dict) else None
+        raise BackendError(f"{path}: format {found!r}, expected {expected_format!r}: "
+                           f"export again")
+    if weights_sha256 and manifest.get("weights_sha256") != weights_sha256:
+        raise BackendError(f"{path.parent} was exported from other weights (sha256 "
+                           f"{str(manifest.get('weights_sha256'))[:12]}..., the checkpoint "
+                           f"has {weights_sha256[:12]}...): export this checkpoint again")
+    for name, wanted in (("num_inference_steps", steps), ("num_samples", num_samples),
+                         ("chunk_lowpass_terms", chunk_lowpass_terms)):
+        if manifest.get(name, 0) != wanted:
+            raise BackendError(f"{path.parent} was exported with {name} "
+                               f"{manifest.get(name)}, asked for {wanted}: export with "
+                               f"dpr export --steps/--samples or use those values")
+    return manifest
+
+
 class OnnxRuntimeBackend:
     """The graphs ``dpr export`` wrote, on ONNX Runtime's CPU execution provider.
 
@@ -60,7 +88,7 @@ class OnnxRuntimeBackend:
 
     name = "onnxruntime"
 
-    def __init__(self, onnx_dir: str | Path, weights_sha256: str | None, steps: int,
+    def __init__(self, graph_dir: str | Path, weights_sha256: str | None, steps: int,
                  num_samples: int, num_threads: int | None = None,
                  chunk_lowpass_terms: int = 0):
         try:
@@ -75,28 +103,9 @@ class OnnxRuntimeBackend:
             MANIFEST_FORMAT,
         )
 
-        onnx_dir = Path(onnx_dir)
-        manifest_path = onnx_dir / MANIFEST
-        if not manifest_path.exists():
-            raise BackendError(f"{manifest_path} not found: export the checkpoint first "
-                               f"(dpr export --checkpoint CKPT)")
-        try:
-            manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise BackendError(f"{manifest_path} is unreadable ({exc}): export again") from exc
-        if manifest.get("format") != MANIFEST_FORMAT:
-            raise BackendError(f"{manifest_path}: format {manifest.get('format')!r}, expected "
-                               f"{MANIFEST_FORMAT!r}: export again")
-        if weights_sha256 and manifest.get("weights_sha256") != weights_sha256:
-            raise BackendError(f"{onnx_dir} was exported from other weights (sha256 "
-                               f"{str(manifest.get('weights_sha256'))[:12]}..., the checkpoint "
-                               f"has {weights_sha256[:12]}...): export this checkpoint again")
-        for name, wanted in (("num_inference_steps", steps), ("num_samples", num_samples),
-                             ("chunk_lowpass_terms", chunk_lowpass_terms)):
-            if manifest.get(name, 0) != wanted:
-                raise BackendError(f"{onnx_dir} was exported with {name} "
-                                   f"{manifest.get(name)}, asked for {wanted}: export with "
-                                   f"dpr export --steps/--samples or use those values")
+        graph_dir = Path(graph_dir)
+        manifest = read_manifest(graph_dir / MANIFEST, MANIFEST_FORMAT, weights_sha256, steps,
+                                 num_samples, chunk_lowpass_terms, "dpr export --checkpoint CKPT")
         options = onnxruntime.SessionOptions()
         options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
         threads = num_threads or torch.get_num_threads()
@@ -104,12 +113,12 @@ class OnnxRuntimeBackend:
         options.inter_op_num_threads = 1
         providers = ["CPUExecutionProvider"]
         try:
-            self.frame_session = onnxruntime.InferenceSession(str(onnx_dir / FRAME_GRAPH),
+            self.frame_session = onnxruntime.InferenceSession(str(graph_dir / FRAME_GRAPH),
                                                               options, providers=providers)
-            self.chunk_session = onnxruntime.InferenceSession(str(onnx_dir / CHUNK_GRAPH),
+            self.chunk_session = onnxruntime.InferenceSession(str(graph_dir / CHUNK_GRAPH),
                                                               options, providers=providers)
         except Exception as exc:  # noqa: BLE001 - ORT raises its own exception types
-            raise BackendError(f"ONNX Runtime cannot load {onnx_dir} "
+            raise BackendError(f"ONNX Runtime cannot load {graph_dir} "
                                f"({type(exc).__name__}: {exc})") from exc
         # The exporter drops inputs a graph does not use (the instruction, for a frame
         # encoder without grounding): feed only what each session declares.
@@ -142,3 +151,76 @@ class OnnxRuntimeBackend:
             (chunk,) = self.chunk_session.run(
                 None, {k: v for k, v in feeds.items() if k in self.chunk_inputs})
         return torch.from_numpy(chunk)
+
+
+class AotInductorBackend:
+    """The packages ``dpr export --format aotinductor`` compiled on this machine: each
+    graph is one shared library with the weights frozen in, called without Python
+    between its operators.
+
+    Refuses (``BackendError``) what ``read_manifest`` refuses, packages built by another
+    torch or for another CPU architecture, and package files whose sha256 is not the
+    manifest's (a partial copy or a rebuild without its manifest).
+    """
+
+    name = "aotinductor"
+
+    def __init__(self, aot_dir: str | Path, weights_sha256: str | None, steps: int,
+                 num_samples: int, chunk_lowpass_terms: int = 0):
+        from diffusion_policy_ros.policy.export import (
+            AOT_CHUNK_PACKAGE,
+            AOT_FRAME_PACKAGE,
+            AOT_MANIFEST,
+            AOT_MANIFEST_FORMAT,
+            aot_platform,
+            file_sha256,
+        )
+
+        aot_dir = Path(aot_dir)
+        manifest = read_manifest(aot_dir / AOT_MANIFEST, AOT_MANIFEST_FORMAT, weights_sha256,
+                                 steps, num_samples, chunk_lowpass_terms,
+                                 "dpr export --format aotinductor --checkpoint CKPT")
+        for key, here in aot_platform().items():
+            if manifest.get(key) != here:
+                raise BackendError(f"{aot_dir} was compiled for {key} {manifest.get(key)!r}, "
+                                   f"this machine has {here!r}: export again here")
+        packages = []
+        for name in (AOT_FRAME_PACKAGE, AOT_CHUNK_PACKAGE):
+            path = aot_dir / name
+            if not path.exists():
+                raise BackendError(f"{path} not found: export again")
+            if file_sha256(path) != manifest.get("packages_sha256", {}).get(name):
+                raise BackendError(f"{path} does not match its manifest's sha256: "
+                                   f"export again")
+            try:
+                packages.append(torch._inductor.aoti_load_package(str(path)))
+            except Exception as exc:  # noqa: BLE001 - the loader raises RuntimeError and others
+                raise BackendError(f"cannot load {path} ({type(exc).__name__}: {exc})") from exc
+        self.frame_package, self.chunk_package = packages
+        self.manifest = manifest
+        self.feature_keys = list(manifest["frame_features"])
+        self.steps, self.num_samples = steps, num_samples
+
+    def encode_frame(self, image: torch.Tensor, points: torch.Tensor, colors: torch.Tensor,
+                     language: torch.Tensor,
+                     timer: StageTimer | None = None) -> dict[str, torch.Tensor]:
+        with timed(timer, "frame_encoder"):
+            outputs = self.frame_package(*_dense(image, points.float(), colors, language.float()))
+        return dict(zip(self.feature_keys, outputs, strict=True))
+
+    def chunk(self, frames: Mapping[str, torch.Tensor], language: torch.Tensor,
+              state: torch.Tensor, noises: torch.Tensor, steps: int, num_samples: int,
+              timer: StageTimer | None = None) -> torch.Tensor:
+        if (steps, num_samples) != (self.steps, self.num_samples):
+            raise BackendError(f"the AOTInductor packages run {self.steps} steps x K "
+                               f"{self.num_samples}, asked for {steps} x {num_samples}")
+        with timed(timer, "sampler"):
+            return self.chunk_package(*_dense(language.float(), state.float(), noises.float(),
+                                              *(frames[k].float() for k in self.feature_keys)))
+
+
+def _dense(*tensors: torch.Tensor) -> list[torch.Tensor]:
+    """CPU, C-contiguous copies where needed: a compiled package indexes its inputs with
+    the strides it was exported with and reads any other layout wrongly, without an
+    error (a point-colour array in Fortran order from the camera path did)."""
+    return [t.cpu().contiguous() for t in tensors]

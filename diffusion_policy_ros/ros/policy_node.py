@@ -210,7 +210,7 @@ class PolicyNode(LifecycleNode):
                 precision=cfg.precision, num_inference_steps=cfg.num_inference_steps or None,
                 num_samples=cfg.num_samples or None,
                 num_threads=cfg.num_threads or None, backend=cfg.backend,
-                onnx_dir=cfg.onnx_dir or None)
+                graph_dir=cfg.graph_dir or None)
         except (CheckpointError, DeviceUnavailableError, BackendError, ValueError) as exc:
             return self._fail(f"{type(exc).__name__}: {exc}")
         except Exception as exc:  # noqa: BLE001 - configure must fail, never crash the node

@@ -2,15 +2,27 @@
 refuses graphs that do not belong to the checkpoint."""
 
 import json
+import shutil
 
 import numpy as np
 import pytest
 import torch
 
-from diffusion_policy_ros.policy.export import MANIFEST, compare_backends, export_onnx
+from diffusion_policy_ros.policy.export import (
+    AOT_CHUNK_PACKAGE,
+    AOT_FRAME_PACKAGE,
+    AOT_MANIFEST,
+    AOT_MANIFEST_FORMAT,
+    MANIFEST,
+    compare_backends,
+    export_aot,
+    export_onnx,
+)
 from diffusion_policy_ros.policy.modeling_diffusion import DiffusionPolicy
 from diffusion_policy_ros.policy.runner import PolicyRunner, synthetic_observation
 from diffusion_policy_ros.policy.runtime_backends import BackendError
+
+from .conftest import tiny_config
 
 pytest.importorskip("onnxruntime")
 
@@ -43,7 +55,7 @@ def test_onnxruntime_matches_torch(make_config, language, tmp_path, changes):
         policy.config.num_samples
     reference = PolicyRunner(policy, device="cpu", language=language)
     candidate = PolicyRunner(policy, device="cpu", language=language, backend="onnxruntime",
-                             onnx_dir=tmp_path, weights_sha256="abc")
+                             graph_dir=tmp_path, weights_sha256="abc")
     diff = compare_backends(reference, candidate, _histories(policy), "pick up the red cube")
     assert diff["chunks"] == 4 and diff["max_abs"] < TOLERANCE, diff
     assert "frame_encoder" in candidate.last_timings_ms
@@ -54,21 +66,102 @@ def test_the_backend_refuses_graphs_of_other_weights_or_settings(make_config, la
     policy = _policy(make_config)
     with pytest.raises(BackendError, match="export the checkpoint first"):
         PolicyRunner(policy, device="cpu", language=language, backend="onnxruntime",
-                     onnx_dir=tmp_path)
+                     graph_dir=tmp_path)
     export_onnx(policy, tmp_path, "abc")
     smoothed = _policy(make_config, chunk_lowpass_terms=4)
     with pytest.raises(BackendError, match="chunk_lowpass_terms 0, asked for 4"):
         PolicyRunner(smoothed, device="cpu", language=language, backend="onnxruntime",
-                     onnx_dir=tmp_path, weights_sha256="abc")
+                     graph_dir=tmp_path, weights_sha256="abc")
     with pytest.raises(BackendError, match="exported from other weights"):
         PolicyRunner(policy, device="cpu", language=language, backend="onnxruntime",
-                     onnx_dir=tmp_path, weights_sha256="def")
+                     graph_dir=tmp_path, weights_sha256="def")
     with pytest.raises(BackendError, match="num_inference_steps"):
         PolicyRunner(policy, device="cpu", language=language, backend="onnxruntime",
-                     onnx_dir=tmp_path, weights_sha256="abc", num_inference_steps=3)
+                     graph_dir=tmp_path, weights_sha256="abc", num_inference_steps=3)
     with pytest.raises(BackendError, match="expected one of torch, onnxruntime"):
         PolicyRunner(policy, device="cpu", language=language, backend="tensorrt")
     (tmp_path / MANIFEST).write_text("{not json")
     with pytest.raises(BackendError, match="unreadable"):
         PolicyRunner(policy, device="cpu", language=language, backend="onnxruntime",
-                     onnx_dir=tmp_path)
+                     graph_dir=tmp_path)
+
+
+@pytest.fixture(scope="module")
+def aot_export(tmp_path_factory):
+    """A tiny consistency student compiled once by AOTInductor for this module's tests
+    (the compiler is the slow part: tens of seconds)."""
+    pytest.importorskip("torch._inductor")
+    policy = _policy(tiny_config, sampler="consistency", num_inference_steps=1,
+                     prediction_type="sample", chunk_lowpass_terms=3, num_samples=3)
+    out = tmp_path_factory.mktemp("aot")
+    return policy, out, export_aot(policy, out, "abc")
+
+
+def test_aotinductor_matches_torch(aot_export, language):
+    policy, out, manifest = aot_export
+    assert manifest["format"] == AOT_MANIFEST_FORMAT and manifest["num_samples"] == 3
+    assert set(manifest["packages_sha256"]) == {AOT_FRAME_PACKAGE, AOT_CHUNK_PACKAGE}
+    reference = PolicyRunner(policy, device="cpu", language=language)
+    candidate = PolicyRunner(policy, device="cpu", language=language, backend="aotinductor",
+                             graph_dir=out, weights_sha256="abc")
+    histories = _histories(policy)
+    diff = compare_backends(reference, candidate, histories, "pick up the red cube")
+    assert diff["chunks"] == 4 and diff["max_abs"] < TOLERANCE, diff
+    assert "frame_encoder" in candidate.last_timings_ms
+    # Arrays in another memory order (the camera path hands over Fortran-ordered colours):
+    # the package must see the same values, not the same bytes.
+    fortran = [[{k: np.asfortranarray(v) for k, v in obs.items()} for obs in history]
+               for history in histories]
+    diff = compare_backends(reference, candidate, fortran, "pick up the red cube", seed=7)
+    assert diff["max_abs"] < TOLERANCE, diff
+
+
+def test_aotinductor_refuses_other_weights_builds_or_damaged_packages(aot_export, language,
+                                                                      tmp_path):
+    policy, out, _ = aot_export
+
+    def runner(graph_dir=out, **kwargs):
+        return PolicyRunner(policy, device="cpu", language=language, backend="aotinductor",
+                            graph_dir=graph_dir, **{"weights_sha256": "abc", **kwargs})
+
+    with pytest.raises(BackendError, match="exported from other weights"):
+        runner(weights_sha256="def")
+    with pytest.raises(BackendError, match="num_samples 3, asked for 8"):
+        runner(num_samples=8)
+    with pytest.raises(BackendError, match="runs on the CPU in fp32"):
+        runner(precision="bf16")
+    copy = tmp_path / "aot"
+    shutil.copytree(out, copy)
+    manifest = json.loads((copy / AOT_MANIFEST).read_text())
+    (copy / AOT_MANIFEST).write_text(json.dumps({**manifest, "torch": "0.0.1"}))
+    with pytest.raises(BackendError, match="compiled for torch '0.0.1'"):
+        runner(copy)
+    (copy / AOT_MANIFEST).write_text(json.dumps(manifest))
+    with open(copy / AOT_CHUNK_PACKAGE, "r+b") as fh:
+        fh.truncate(1000)
+    with pytest.raises(BackendError, match="does not match its manifest's sha256"):
+        runner(copy)
+    (copy / AOT_MANIFEST).unlink()
+    with pytest.raises(BackendError, match="export the checkpoint first"):
+        runner(copy)
+
+
+def test_dpr_export_if_stale_exports_once_per_checkpoint(tmp_path, capsys):
+    from diffusion_policy_ros.cli import main
+    from diffusion_policy_ros.policy.checkpoint import save_checkpoint
+
+    ckpt = save_checkpoint(_policy(tiny_config), tmp_path / "ckpt", dataset_id="test")
+    argv = ["export", "--checkpoint", str(ckpt), "--if-stale"]
+    assert main(argv) == 0
+    assert "exporting:" in capsys.readouterr().out and (ckpt / "onnx" / MANIFEST).exists()
+    assert main(argv) == 0
+    assert "is up to date" in capsys.readouterr().out
+    assert main([*argv, "--samples", "2"]) == 0  # another K: exported again
+    assert "num_samples 1, asked for 2" in capsys.readouterr().out
+
+
+def test_aotinductor_export_names_what_it_compiles(make_config, tmp_path):
+    from diffusion_policy_ros.errors import InputError
+
+    with pytest.raises(InputError, match="compiles consistency students.*use --format onnx"):
+        export_aot(_policy(make_config), tmp_path, "abc")  # a DDIM policy

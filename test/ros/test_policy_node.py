@@ -343,6 +343,9 @@ def exported(assets, tmp_path_factory):
     ("onnx_other_steps", {"backend": "onnxruntime", "num_inference_steps": 5},
      "exported with num_inference_steps"),
     ("onnx_on_cuda", {"backend": "onnxruntime", "device": "cuda"}, ""),
+    ("aot_missing", {"backend": "aotinductor"},
+     "export the checkpoint first (dpr export --format aotinductor"),
+    ("aot_from_onnx_dir", {"backend": "aotinductor"}, "aot.json not found"),
 ])
 def test_configure_failures_return_failure_with_the_reason(ros, assets, corrupt_checkpoint,
                                                             exported, case, overrides,
@@ -352,11 +355,12 @@ def test_configure_failures_return_failure_with_the_reason(ros, assets, corrupt_
 
     from diffusion_policy_ros.ros.policy_node import PolicyNode
 
-    onnx_dir = {"onnx_other_weights": exported[1], "onnx_other_steps": exported[0]}.get(case)
+    graph_dir = {"onnx_other_weights": exported[1], "onnx_other_steps": exported[0],
+                 "aot_from_onnx_dir": exported[0]}.get(case)
     params = {"checkpoint": str(corrupt_checkpoint if case == "corrupt" else assets[0]),
               "num_threads": 0, **overrides}
-    if onnx_dir is not None:
-        params["onnx_dir"] = str(onnx_dir)
+    if graph_dir is not None:
+        params["graph_dir"] = str(graph_dir)
     node = PolicyNode(context=ros.context, parameter_overrides=[
         Parameter(k, value=v) for k, v in params.items()])
     try:
@@ -367,19 +371,48 @@ def test_configure_failures_return_failure_with_the_reason(ros, assets, corrupt_
         node.destroy_node()
 
 
-def test_the_onnxruntime_backend_acts(ros, start_node, assets, exported):
-    """backend: onnxruntime runs the exported graphs: chunks of the contract's layout."""
+@pytest.fixture(scope="module")
+def aot_exported(assets, tmp_path_factory):
+    """(checkpoint, graphs): the tiny checkpoint's weights as a one-step consistency
+    student (what dpr export --format aotinductor compiles), compiled (tens of seconds)."""
+    import dataclasses
+
+    from diffusion_policy_ros.policy.checkpoint import load_checkpoint, save_checkpoint
+    from diffusion_policy_ros.policy.export import export_aot
+    from diffusion_policy_ros.policy.modeling_diffusion import DiffusionPolicy
+
+    teacher, _ = load_checkpoint(assets[0])
+    student = DiffusionPolicy(dataclasses.replace(
+        teacher.config, sampler="consistency", num_inference_steps=1,
+        prediction_type="sample"))
+    student.load_state_dict(teacher.state_dict())
+    checkpoint = save_checkpoint(student, tmp_path_factory.mktemp("student") / "ckpt",
+                                 dataset_id="test")
+    _, meta = load_checkpoint(checkpoint)
+    out = checkpoint / "aot"
+    export_aot(student, out, meta["weights_sha256"])
+    return checkpoint, out
+
+
+@pytest.mark.parametrize("backend", ["onnxruntime", "aotinductor"])
+def test_a_static_graph_backend_acts(ros, start_node, assets, request, backend):
+    """backend: onnxruntime | aotinductor runs the exported graphs: chunks of the
+    contract's layout."""
     checkpoint, episode = assets
+    if backend == "onnxruntime":
+        graph_dir = request.getfixturevalue("exported")[0]
+    else:
+        checkpoint, graph_dir = request.getfixturevalue("aot_exported")
     node = start_node(MODULE, [*PARAMS, "-p", f"checkpoint:={checkpoint}",
-                               "-p", "backend:=onnxruntime", "-p", f"onnx_dir:={exported[0]}",
+                               "-p", f"backend:={backend}", "-p", f"graph_dir:={graph_dir}",
                                "-p", "autostart:=true"])
     h = PolicyHarness(ros, episode)
     h.instruct("pick up the red cube")
     ros.spin_until(lambda: len(h.chunks) >= 5, 30.0,
-                   lambda: f"chunks from onnxruntime: {h.diagnostics()}\n{node.log()}")
+                   lambda: f"chunks from {backend}: {h.diagnostics()}\n{node.log()}")
     for _, msg in h.chunks[-3:]:
         check_chunk(h, msg)
-    assert "onnxruntime)" in node.log()
+    assert f"{backend})" in node.log()
     ros.spin_until(lambda: h.value("frame_encoder_ms_p50") is not None, 5.0,
                    lambda: f"frame encoder stage on diagnostics: {h.diagnostics()}")
     assert node.alive(), node.log()
