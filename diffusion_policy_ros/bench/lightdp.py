@@ -27,7 +27,7 @@ import torch
 import yaml
 
 from diffusion_policy_ros.config import CONFIG_DIR, DATA_DIR
-from diffusion_policy_ros.policy.export import AOT_MANIFEST, MANIFEST
+from diffusion_policy_ros.policy.export import MANIFESTS
 from diffusion_policy_ros.policy.language import LanguageEmbedder
 from diffusion_policy_ros.policy.runner import (
     GRAPH_SUBDIRS,
@@ -37,7 +37,6 @@ from diffusion_policy_ros.policy.runner import (
 
 INSTRUCTION = "pick up the red cube"
 EVAL_KINDS = ("task", "switch", "depth_noise", "wrong")
-GRAPH_MANIFESTS = {"onnxruntime": MANIFEST, "aotinductor": AOT_MANIFEST}
 
 
 @dataclasses.dataclass
@@ -197,7 +196,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows = [r for r in rows if r.label not in missing]
     unexported = [r.label for r in rows if r.backend in GRAPH_SUBDIRS
                   and not (_resolve(r.checkpoint) / GRAPH_SUBDIRS[r.backend]
-                           / GRAPH_MANIFESTS[r.backend]).exists()]
+                           / MANIFESTS[r.backend]).exists()]
     if unexported:
         print(f"dpr bench lightdp: skipping {', '.join(unexported)}: no exported graphs (dpr "
               "export --checkpoint CKPT [--format aotinductor] writes them)", flush=True)

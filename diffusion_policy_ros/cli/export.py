@@ -47,8 +47,7 @@ def run(args: argparse.Namespace) -> int:
     from diffusion_policy_ros.learning.episode_bag import read_episode
     from diffusion_policy_ros.policy.checkpoint import load_checkpoint
     from diffusion_policy_ros.policy.export import (
-        AOT_MANIFEST,
-        MANIFEST,
+        MANIFESTS,
         compare_backends,
         export_aot,
         export_onnx,
@@ -95,8 +94,7 @@ def run(args: argparse.Namespace) -> int:
                                                 policy.config.n_obs_steps)
     diff = compare_backends(reference, candidate, histories, instruction)
     report = {**manifest, "check": {"episode": str(episode.path), **diff}}
-    manifest_name = AOT_MANIFEST if args.format == "aotinductor" else MANIFEST
-    (out / manifest_name).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    (out / MANIFESTS[backend]).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     print(f"{backend} vs torch on {diff['chunks']} recorded observations of "
           f"{episode.path.name}: max |diff| {diff['max_abs']:.2e}, median "
           f"{diff['median_abs']:.2e} (rad / m)")

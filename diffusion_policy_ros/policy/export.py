@@ -22,6 +22,7 @@ meant to be built where it runs, not copied from elsewhere.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import platform
@@ -43,6 +44,8 @@ AOT_MANIFEST = "aot.json"
 AOT_FRAME_PACKAGE = "frame_encoder.pt2"
 AOT_CHUNK_PACKAGE = "chunk.pt2"
 AOT_MANIFEST_FORMAT = "diffusion_policy_ros.aotinductor/1"
+MANIFESTS = {"onnxruntime": MANIFEST, "aotinductor": AOT_MANIFEST}
+"""The manifest file of each static-graph backend's export."""
 
 
 def frame_feature_keys(policy: DiffusionPolicy) -> list[str]:
@@ -123,44 +126,70 @@ def export_onnx(policy: DiffusionPolicy, out_dir: str | Path, weights_sha256: st
                 steps: int | None = None, num_samples: int | None = None,
                 opset: int = 18) -> dict:
     """Write the two graphs and the manifest into ``out_dir``; return the manifest."""
-    out_dir = Path(out_dir)
+    out_dir, graphs = Path(out_dir), ExportGraphs.of(policy, steps, num_samples)
     out_dir.mkdir(parents=True, exist_ok=True)
-    policy = policy.to("cpu").eval().float()
-    c = policy.config
-    steps = steps or c.num_inference_steps
-    k = num_samples or c.num_samples
-    frame_in, chunk_in = example_inputs(policy, steps, k)
-    keys = frame_feature_keys(policy)
-    encoder = FrameEncoderGraph(policy)
-    _export(encoder, tuple(frame_in.values()), out_dir / FRAME_GRAPH, list(frame_in), keys,
-            opset)
-    features = encoder(*frame_in.values())
-    frames = [f[:, None].expand(-1, c.n_obs_steps, *f.shape[1:]).contiguous()
-              for f in features]
-    head = ChunkGraph(policy, steps, k)
-    _export(head, (*chunk_in.values(), *frames), out_dir / CHUNK_GRAPH,
-            [*chunk_in, *keys], ["chunk"], opset)
-    manifest = {"format": MANIFEST_FORMAT,
-                **_manifest(policy, weights_sha256, steps, k, frame_in, chunk_in, features),
-                "opset": opset}
+    keys = frame_feature_keys(graphs.policy)
+    _export(graphs.encoder, graphs.frame_args, out_dir / FRAME_GRAPH, list(graphs.frame_in),
+            keys, opset)
+    _export(graphs.head, graphs.chunk_args, out_dir / CHUNK_GRAPH, [*graphs.chunk_in, *keys],
+            ["chunk"], opset)
+    manifest = {"format": MANIFEST_FORMAT, **graphs.manifest(weights_sha256), "opset": opset}
     (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return manifest
 
 
-def _manifest(policy: DiffusionPolicy, weights_sha256: str | None, steps: int, k: int,
-              frame_in: dict, chunk_in: dict, features: Sequence[torch.Tensor]) -> dict:
-    """What both graph formats record: the weights, the sampler and every shape."""
-    c = policy.config
-    return {
-        "weights_sha256": weights_sha256, "sampler": c.sampler,
-        "num_inference_steps": steps, "num_samples": k,
-        "chunk_lowpass_terms": c.chunk_lowpass_terms, "n_obs_steps": c.n_obs_steps,
-        "frame_inputs": {n: list(t.shape) for n, t in frame_in.items()},
-        "frame_features": {n: list(t.shape[1:])
-                           for n, t in zip(frame_feature_keys(policy), features, strict=True)},
-        "chunk_inputs": {n: list(t.shape) for n, t in chunk_in.items()},
-        "chunk_output": [1, c.horizon, c.action_dim],
-    }
+@dataclasses.dataclass
+class ExportGraphs:
+    """The two modules an export traces, with example inputs of the exported shapes."""
+
+    policy: DiffusionPolicy
+    encoder: FrameEncoderGraph
+    head: ChunkGraph
+    frame_in: dict[str, torch.Tensor]
+    chunk_in: dict[str, torch.Tensor]
+    """Without the frame features, which ``chunk_args`` appends."""
+    features: tuple[torch.Tensor, ...]
+    """The encoder's output on ``frame_in``: the per-frame feature shapes."""
+
+    @classmethod
+    @torch.no_grad()
+    def of(cls, policy: DiffusionPolicy, steps: int | None,
+           num_samples: int | None) -> ExportGraphs:
+        """Graphs of ``policy`` (moved to the CPU in fp32) for ``steps`` x K
+        ``num_samples`` (default: the checkpoint's)."""
+        policy = policy.to("cpu").eval().float()
+        c = policy.config
+        steps = steps or c.num_inference_steps
+        k = num_samples or c.num_samples
+        frame_in, chunk_in = example_inputs(policy, steps, k)
+        encoder = FrameEncoderGraph(policy)
+        return cls(policy, encoder, ChunkGraph(policy, steps, k), frame_in, chunk_in,
+                   tuple(encoder(*frame_in.values())))
+
+    @property
+    def frame_args(self) -> tuple[torch.Tensor, ...]:
+        return tuple(self.frame_in.values())
+
+    @property
+    def chunk_args(self) -> tuple[torch.Tensor, ...]:
+        """The chunk head's inputs: each frame's features repeated over the To history."""
+        to = self.policy.config.n_obs_steps
+        frames = (f[:, None].expand(-1, to, *f.shape[1:]).contiguous() for f in self.features)
+        return (*self.chunk_in.values(), *frames)
+
+    def manifest(self, weights_sha256: str | None) -> dict:
+        """What both graph formats record: the weights, the sampler and every shape."""
+        c = self.policy.config
+        return {
+            "weights_sha256": weights_sha256, "sampler": c.sampler,
+            "num_inference_steps": self.head.steps, "num_samples": self.head.num_samples,
+            "chunk_lowpass_terms": c.chunk_lowpass_terms, "n_obs_steps": c.n_obs_steps,
+            "frame_inputs": {n: list(t.shape) for n, t in self.frame_in.items()},
+            "frame_features": {n: list(t.shape[1:]) for n, t in
+                               zip(frame_feature_keys(self.policy), self.features, strict=True)},
+            "chunk_inputs": {n: list(t.shape) for n, t in self.chunk_in.items()},
+            "chunk_output": [1, c.horizon, c.action_dim],
+        }
 
 
 def file_sha256(path: str | Path) -> str:
@@ -190,29 +219,18 @@ def export_aot(policy: DiffusionPolicy, out_dir: str | Path, weights_sha256: str
                          f"(dpr distill); this checkpoint samples with "
                          f"{policy.config.sampler!r}, whose scheduler torch.export cannot "
                          f"trace: use --format onnx")
-    out_dir = Path(out_dir)
+    out_dir, graphs = Path(out_dir), ExportGraphs.of(policy, steps, num_samples)
     out_dir.mkdir(parents=True, exist_ok=True)
-    policy = policy.to("cpu").eval().float()
-    c = policy.config
-    steps = steps or c.num_inference_steps
-    k = num_samples or c.num_samples
-    frame_in, chunk_in = example_inputs(policy, steps, k)
-    encoder = FrameEncoderGraph(policy)
-    features = encoder(*frame_in.values())
-    frames = tuple(f[:, None].expand(-1, c.n_obs_steps, *f.shape[1:]).contiguous()
-                   for f in features)
-    head = ChunkGraph(policy, steps, k)
     packages = {}
-    for name, module, args in ((AOT_FRAME_PACKAGE, encoder, tuple(frame_in.values())),
-                               (AOT_CHUNK_PACKAGE, head, (*chunk_in.values(), *frames))):
+    for name, module, args in ((AOT_FRAME_PACKAGE, graphs.encoder, graphs.frame_args),
+                               (AOT_CHUNK_PACKAGE, graphs.head, graphs.chunk_args)):
         path = out_dir / name
         path.unlink(missing_ok=True)
         program = torch.export.export(module, args)
         torch._inductor.aoti_compile_and_package(program, package_path=str(path),
                                                  inductor_configs={"freezing": True})
         packages[name] = file_sha256(path)
-    manifest = {"format": AOT_MANIFEST_FORMAT,
-                **_manifest(policy, weights_sha256, steps, k, frame_in, chunk_in, features),
+    manifest = {"format": AOT_MANIFEST_FORMAT, **graphs.manifest(weights_sha256),
                 **aot_platform(), "threads_at_export": torch.get_num_threads(),
                 "packages_sha256": packages}
     (out_dir / AOT_MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n",

@@ -77,7 +77,25 @@ def read_manifest(path: Path, expected_format: str, weights_sha256: str | None, 
     return manifest
 
 
-class OnnxRuntimeBackend:
+class _ExportedGraphs:
+    """What the static-graph backends share: the manifest they were checked against, its
+    frame-feature order, and the step count and K fixed in the graphs."""
+
+    graphs = "graphs"
+    """How messages name this backend's exported files."""
+
+    def _accept(self, manifest: dict, steps: int, num_samples: int) -> None:
+        self.manifest = manifest
+        self.feature_keys = list(manifest["frame_features"])
+        self.steps, self.num_samples = steps, num_samples
+
+    def _check_settings(self, steps: int, num_samples: int) -> None:
+        if (steps, num_samples) != (self.steps, self.num_samples):
+            raise BackendError(f"the {self.graphs} run {self.steps} steps x K "
+                               f"{self.num_samples}, asked for {steps} x {num_samples}")
+
+
+class OnnxRuntimeBackend(_ExportedGraphs):
     """The graphs ``dpr export`` wrote, on ONNX Runtime's CPU execution provider.
 
     Refuses (``BackendError``) a missing onnxruntime, missing graphs, graphs exported
@@ -87,6 +105,7 @@ class OnnxRuntimeBackend:
     """
 
     name = "onnxruntime"
+    graphs = "ONNX graphs"
 
     def __init__(self, graph_dir: str | Path, weights_sha256: str | None, steps: int,
                  num_samples: int, num_threads: int | None = None,
@@ -124,9 +143,7 @@ class OnnxRuntimeBackend:
         # encoder without grounding): feed only what each session declares.
         self.frame_inputs = {i.name for i in self.frame_session.get_inputs()}
         self.chunk_inputs = {i.name for i in self.chunk_session.get_inputs()}
-        self.manifest = manifest
-        self.feature_keys = list(manifest["frame_features"])
-        self.steps, self.num_samples = steps, num_samples
+        self._accept(manifest, steps, num_samples)
 
     def encode_frame(self, image: torch.Tensor, points: torch.Tensor, colors: torch.Tensor,
                      language: torch.Tensor,
@@ -141,9 +158,7 @@ class OnnxRuntimeBackend:
     def chunk(self, frames: Mapping[str, torch.Tensor], language: torch.Tensor,
               state: torch.Tensor, noises: torch.Tensor, steps: int, num_samples: int,
               timer: StageTimer | None = None) -> torch.Tensor:
-        if (steps, num_samples) != (self.steps, self.num_samples):
-            raise BackendError(f"the ONNX graphs run {self.steps} steps x K "
-                               f"{self.num_samples}, asked for {steps} x {num_samples}")
+        self._check_settings(steps, num_samples)
         feeds = {"language": language.float().cpu().numpy(),
                  "state": state.float().cpu().numpy(), "noises": noises.float().cpu().numpy()}
         feeds.update({k: frames[k].float().cpu().numpy() for k in self.feature_keys})
@@ -153,7 +168,7 @@ class OnnxRuntimeBackend:
         return torch.from_numpy(chunk)
 
 
-class AotInductorBackend:
+class AotInductorBackend(_ExportedGraphs):
     """The packages ``dpr export --format aotinductor`` compiled on this machine: each
     graph is one shared library with the weights frozen in, called without Python
     between its operators.
@@ -164,6 +179,7 @@ class AotInductorBackend:
     """
 
     name = "aotinductor"
+    graphs = "AOTInductor packages"
 
     def __init__(self, aot_dir: str | Path, weights_sha256: str | None, steps: int,
                  num_samples: int, chunk_lowpass_terms: int = 0):
@@ -197,9 +213,7 @@ class AotInductorBackend:
             except Exception as exc:  # noqa: BLE001 - the loader raises RuntimeError and others
                 raise BackendError(f"cannot load {path} ({type(exc).__name__}: {exc})") from exc
         self.frame_package, self.chunk_package = packages
-        self.manifest = manifest
-        self.feature_keys = list(manifest["frame_features"])
-        self.steps, self.num_samples = steps, num_samples
+        self._accept(manifest, steps, num_samples)
 
     def encode_frame(self, image: torch.Tensor, points: torch.Tensor, colors: torch.Tensor,
                      language: torch.Tensor,
@@ -211,9 +225,7 @@ class AotInductorBackend:
     def chunk(self, frames: Mapping[str, torch.Tensor], language: torch.Tensor,
               state: torch.Tensor, noises: torch.Tensor, steps: int, num_samples: int,
               timer: StageTimer | None = None) -> torch.Tensor:
-        if (steps, num_samples) != (self.steps, self.num_samples):
-            raise BackendError(f"the AOTInductor packages run {self.steps} steps x K "
-                               f"{self.num_samples}, asked for {steps} x {num_samples}")
+        self._check_settings(steps, num_samples)
         with timed(timer, "sampler"):
             return self.chunk_package(*_dense(language.float(), state.float(), noises.float(),
                                               *(frames[k].float() for k in self.feature_keys)))
