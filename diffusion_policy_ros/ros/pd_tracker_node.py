@@ -127,8 +127,11 @@ class PdTrackerNode(Node):
         self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", QoSProfile(depth=10))
         self.create_subscription(JointTrajectory, "policy/action_chunk", self._on_chunk,
                                  QoSProfile(depth=2))
+        # Best effort: the law wants the newest state; and in sim_node's lockstep a state
+        # that DDS lost is published again, which a reliable reader would hold back
+        # until the lost one was repaired.
         self.create_subscription(JointState, "joint_states", self._on_joint_states,
-                                 QoSProfile(depth=10))
+                                 QoSProfile(depth=10, reliability=ReliabilityPolicy.BEST_EFFORT))
         source = cfg.tick_source
         if source == "auto":
             source = "joint_states" if self.get_parameter("use_sim_time").value else "timer"
@@ -160,7 +163,13 @@ class PdTrackerNode(Node):
                                f"scheduling {self.scheduling}")
 
     def _now_s(self) -> float:
-        return self.get_clock().now().nanoseconds * 1e-9
+        """The node's clock; ticking on joint_states, at least the newest state's stamp
+        (sim_node publishes ``/clock`` at a lower rate than the states it stamps)."""
+        now = self.get_clock().now().nanoseconds * 1e-9
+        latest = self.states.latest
+        if self.tick_on_joint_states and latest is not None:
+            now = max(now, latest.stamp_s)
+        return now
 
     def _report(self, reason: str, message: str) -> None:
         if self.rejects.record(reason, time.monotonic()):

@@ -45,8 +45,14 @@ pd_tracker_node ticking on joint_states, that command answers exactly this state
 and steps as soon as it does, within the wall-clock pace. A busy machine then lowers
 the achieved real-time factor (on ``/diagnostics``) instead of feeding the arm one
 effort for a whole batch of steps, the zero-order hold whose delay made the loop
-oscillate. With no command publisher, or none within ``lockstep_timeout_s`` of wall
-time, the sim free-runs (counted, WARN) with expiring efforts, until commands return.
+oscillate. No answer within ``lockstep_resend_s``
+(a sample DDS lost) publishes the same ``joint_states`` again (counted). With no command
+publisher, or none within ``lockstep_timeout_s`` of wall time, the sim free-runs
+(counted, WARN) with expiring efforts, until commands return.
+
+Camera. A due frame's geometry is captured in the loop at its instant and drawn,
+converted and published by a render thread (``sim.render_thread``), so drawing never
+stalls the lockstep; a reset waits until the last episode's frames are out.
 
 Commands. A valid effort command applies until ``command_timeout_s`` of sim time
 without a new one (sim time, so the timeout scales with ``real_time_factor``
@@ -65,6 +71,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 
 import numpy as np
@@ -72,7 +79,7 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.clock import Clock, ClockType
 from rclpy.event_handler import SubscriptionEventCallbacks
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, QoSProfile
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock as ClockMsg
 from sensor_msgs.msg import CameraInfo, Image, JointState
 from std_msgs.msg import Float64MultiArray, Header, String
@@ -83,11 +90,15 @@ from diffusion_policy_ros.monitoring import RateMeter, RollingStats, ThrottledRe
 from diffusion_policy_ros.ros.conversions import camera_info_msg, image_msg, ns_to_stamp
 from diffusion_policy_ros.ros.node_main import run_node
 from diffusion_policy_ros.ros.params import declare_config
+from diffusion_policy_ros.sim.camera import RgbdFrame
+from diffusion_policy_ros.sim.render_thread import RenderThread
 from diffusion_policy_ros.sim.runtime import SimulationRuntime
 from diffusion_policy_ros.sim.scene import ARM_JOINT_NAMES, JOINT_NAMES
 from diffusion_policy_ros.sim.sim_config import SimConfig
 from diffusion_policy_ros.sim.task import TaskState, task_for_instruction
 
+GIL_SWITCH_INTERVAL_S = 1e-4
+"""How soon the render thread hands the GIL to the loop (Python's default: 5 ms)."""
 #: Optical frame of the colour camera, as the Azure Kinect driver names it.
 CAMERA_FRAME = "rgb_camera_link"
 #: ``/diagnostics`` keys of the episode report entries that do not read well as episode_<key>.
@@ -154,20 +165,23 @@ class SimNode(Node):
         self.config: SimConfig = declare_config(self, SimConfig)
         cfg = self.config
         # The tracker inside the runtime is GraspEnv's; here pd_tracker_node sends efforts.
-        self.runtime = SimulationRuntime(cfg, tracker_config=PdTrackerConfig())
+        # The camera is drawn by the render thread, off the lockstep loop.
+        self.runtime = SimulationRuntime(cfg, tracker_config=PdTrackerConfig(), with_camera=False)
         scene = self.runtime.scene
+        self.render: RenderThread | None = None
         self.dt = scene.timestep_s
         self._effort_limits = scene.effort_limits_nm
         self._gripper_range = scene.gripper_range_m
         self._zero_effort = np.zeros(len(ARM_JOINT_NAMES))
         self._js_period_s = 1.0 / cfg.joint_state_rate_hz
+        self._clock_period_s = 1.0 / cfg.clock_rate_hz
+        self._next_clock_s = 0.0
         self._max_batch = max(1, int(round(cfg.max_catchup_s / self.dt)))
         self.rejects = ThrottledReasons(period_s=2.0)
         self.clamps = ThrottledReasons(period_s=2.0)
         self._stale_log = ThrottledReasons(period_s=2.0)
         self.rates = {name: RateMeter() for name in ("joint_states", "camera", "commands")}
         self.loop_ms = RollingStats(window=2000)
-        self.render_ms = RollingStats(window=300)
 
         # Episode and command state (all callbacks run in one thread: no locks).
         self._offset_s = 0.0
@@ -194,6 +208,19 @@ class SimNode(Node):
         self._timeout_seen = False
         self.lockstep_timeouts = 0
         self.lockstep_wait_ms = RollingStats(window=2000)
+        # Asking again: when the last joint_states went out, whether a timer turn past
+        # lockstep_resend_s has already been given to a queued answer, how often asked again.
+        self._asked_at: float | None = None
+        self._resend_seen = False
+        self.lockstep_resends = 0
+        # Answers still to come to the awaited joint_states' copies, and to the last answered
+        # one's (with the effort they repeat): told apart from the next state's answer.
+        self._resends_now = 0
+        self._twins_left = 0
+        self._twin_effort: np.ndarray | None = None
+        self.lockstep_duplicates = 0
+        self._resend_log = ThrottledReasons(period_s=2.0)
+        self._last_joint_state: JointState | None = None
 
         self._steady = Clock(clock_type=ClockType.STEADY_TIME)
         sensor_qos = QoSProfile(depth=5)
@@ -208,8 +235,10 @@ class SimNode(Node):
         # Reliable depth 1 matches rclpy's / rclcpp's best-effort /clock subscriptions too.
         self.clock_pub = (self.create_publisher(ClockMsg, "/clock", QoSProfile(depth=1))
                           if cfg.publish_clock else None)
+        # Best effort: in the lockstep a lost command is asked for again (lockstep_resend_s);
+        # a reliable reader would hold that answer back until DDS repaired the lost one.
         self.create_subscription(Float64MultiArray, "arm_controller/commands", self._on_effort,
-                                 QoSProfile(depth=1))
+                                 QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT))
         self.create_subscription(Float64MultiArray, "gripper_controller/commands",
                                  self._on_gripper, QoSProfile(depth=1))
         # Transient local only (see the module docstring); volatile publishers it cannot
@@ -220,6 +249,11 @@ class SimNode(Node):
         self.create_subscription(String, "policy/instruction", self._on_instruction, latched)
         self.create_service(Trigger, "~/reset", self._on_reset)
 
+        # The loop thread must get the GIL back soon after a command arrives, even while
+        # the render thread runs Python (Python's default switch interval is 5 ms).
+        sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+        width, height = cfg.resolution
+        self.render = RenderThread(scene.model, width, height, self._publish_frame)
         self._start_episode()
         loop_period_s = max(0.001, self.dt / cfg.real_time_factor)
         self.create_timer(loop_period_s, self._loop, clock=self._steady)
@@ -228,7 +262,6 @@ class SimNode(Node):
             self.get_logger().warning(
                 "use_sim_time is true but publish_clock is false: stamps follow an external "
                 "/clock (the physics still paces itself on the wall clock)")
-        width, height = cfg.resolution
         self.get_logger().info(
             f"sim_node ready: {width}x{height} camera at {cfg.camera_rate_hz:.0f} Hz, "
             f"joint_states at {cfg.joint_state_rate_hz:.0f} Hz, real-time factor "
@@ -252,13 +285,22 @@ class SimNode(Node):
             return ns_to_stamp(round(self.sim_time_s() * 1e9))
         return ns_to_stamp(self._stamp_ns)
 
-    def _publish_clock(self) -> None:
-        if self.clock_pub is not None:
-            self.clock_pub.publish(ClockMsg(clock=self._stamp()))
+    def _publish_clock(self, force: bool = False) -> None:
+        """``/clock`` at most every ``1 / clock_rate_hz`` of sim time (``force``: now)."""
+        if self.clock_pub is None:
+            return
+        now = self.sim_time_s()
+        if not force and now < self._next_clock_s - 1e-9:
+            return
+        self._next_clock_s = now + self._clock_period_s
+        self.clock_pub.publish(ClockMsg(clock=self._stamp()))
 
     # -- episodes -----------------------------------------------------------------------------
 
     def _start_episode(self) -> None:
+        # The last episode's frames go out before anything of the next one, and the
+        # reset restarts the depth-noise stream the render thread draws from.
+        self.render.drain()
         # One physics step after the previous episode's last instant (never 0 = "unset").
         self._offset_s = self.sim_time_s() + self.dt if self._episode else self.dt
         task = None  # the seed's own task
@@ -268,6 +310,7 @@ class SimNode(Node):
         self._episode += 1
         self._effort = None  # the arm was teleported home: efforts for the old pose are void
         self._awaiting_since = None
+        self._resends_now = self._twins_left = 0
         self._gripper_m = float(self.runtime.scene.joint_positions()[6])
         self._next_js_s = self.sim_time_s()
         self._status = ""
@@ -276,7 +319,7 @@ class SimNode(Node):
         # Clock, instruction, then the episode's first joint_states and frame:
         # policy_node restarts its history at its clock when the instruction arrives.
         # A kept instruction is published again for that, a sim's own one for the first time.
-        self._publish_clock()
+        self._publish_clock(force=True)
         if state.instruction:
             self.instruction_pub.publish(String(data=state.instruction))
         self._after_step(state)
@@ -338,6 +381,14 @@ class SimNode(Node):
         if np.any(values < low) or np.any(values > high):
             self._clamped("effort_clamped", f"arm efforts {values.tolist()} clamped to the "
                           f"joint effort limits {high.tolist()} N m")
+        if self._twins_left:
+            if self._awaiting_since is not None and np.array_equal(values, self._twin_effort):
+                # The late first answer, or another one, to a joint_states published again:
+                # the same state gives the same effort. It answers nothing new.
+                self._twins_left -= 1
+                self.lockstep_duplicates += 1
+                return
+            self._twins_left = 0
         now = time.monotonic()
         self.rates["commands"].tick(now)
         self._effort = values
@@ -351,6 +402,8 @@ class SimNode(Node):
         if self._awaiting_since is not None:
             self.lockstep_wait_ms.add((now - self._awaiting_since) * 1e3)
             self._awaiting_since = None
+            self._twins_left, self._twin_effort = self._resends_now, values
+            self._resends_now = 0
             self._timeout_seen = False
             self._step_lockstep()
 
@@ -424,6 +477,7 @@ class SimNode(Node):
         if self._awaiting_since is not None:
             if start - self._awaiting_since <= self.config.lockstep_timeout_s:
                 self._timeout_seen = False
+                self._ask_again(start)
                 return
             if not self._timeout_seen:
                 # This process may itself have been descheduled that long: the executor
@@ -433,6 +487,7 @@ class SimNode(Node):
                 return
             self._timeout_seen = False
             self._awaiting_since = None
+            self._resends_now = self._twins_left = 0
             self._free_run = True
             self.lockstep_timeouts += 1
             self.get_logger().warning(
@@ -448,11 +503,39 @@ class SimNode(Node):
             self.steps_total += 1
             stepped = True
             if self._after_step(state):
-                self._awaiting_since = time.monotonic()
+                self._awaiting_since = self._asked_at = time.monotonic()
+                self._resend_seen = False
                 break
         if stepped:
             self._publish_clock()
             self.loop_ms.add((time.monotonic() - start) * 1e3)
+
+    def _ask_again(self, now: float) -> None:
+        """Publish the awaited joint_states again when no answer came within
+        ``lockstep_resend_s``.
+
+        DDS can lose a sample even on reliable topics (measured here while the camera's
+        large images flow), and repairs it only when a later sample reveals the gap or a
+        periodic heartbeat arrives. In a lockstep nothing later comes, so asking again is
+        what keeps the sim from stalling until ``lockstep_timeout_s``. As for the
+        timeout, a timer turn past the interval first lets an answer that is already
+        queued be taken.
+        """
+        resend_s = self.config.lockstep_resend_s
+        if not resend_s or self._last_joint_state is None or now - self._asked_at < resend_s:
+            return
+        if not self._resend_seen:
+            self._resend_seen = True
+            return
+        self._resend_seen = False
+        self._asked_at = now
+        self.lockstep_resends += 1
+        self._resends_now += 1
+        self.joint_pub.publish(self._last_joint_state)
+        if self._resend_log.record("resend", now):
+            self.get_logger().warning(
+                f"lockstep: no arm command {resend_s * 1e3:.0f} ms after a joint_states; "
+                f"published it again (a lost DDS sample) [{self.lockstep_resends} so far]")
 
     def _after_step(self, state: TaskState) -> bool:
         """Publish what is due after a physics step; True when joint_states went out."""
@@ -462,7 +545,8 @@ class SimNode(Node):
             self._next_js_s = (math.floor(now / self._js_period_s + 1e-9) + 1) * self._js_period_s
             self._publish_joint_states()
         if self.runtime.frame_due():
-            self._publish_frame()
+            time_s = self.runtime.schedule_frame()
+            self.render.submit(self.runtime.scene.data, (time_s, self._stamp()))
         status = episode_status(state)
         if status != self._status:
             self._status = status
@@ -480,16 +564,17 @@ class SimNode(Node):
         msg.velocity = scene.joint_velocities().tolist()
         msg.effort = scene.joint_efforts().tolist()
         self.joint_pub.publish(msg)
+        self._last_joint_state = msg
         self.rates["joint_states"].tick(time.monotonic())
 
-    def _publish_frame(self) -> None:
-        start = time.perf_counter()
-        frame = self.runtime.render_frame()
-        header = Header(stamp=self._stamp(), frame_id=CAMERA_FRAME)
+    def _publish_frame(self, token: tuple, rgbd: RgbdFrame) -> None:
+        """On the render thread: the drawn frame as the Kinect driver's three topics."""
+        time_s, stamp = token
+        frame = self.runtime.finish_frame(time_s, rgbd)
+        header = Header(stamp=stamp, frame_id=CAMERA_FRAME)
         self.info_pub.publish(camera_info_msg(frame.camera, header))
         self.color_pub.publish(image_msg(frame.color, header))
         self.depth_pub.publish(image_msg(frame.depth, header))
-        self.render_ms.add((time.perf_counter() - start) * 1e3)
         self.rates["camera"].tick(time.monotonic())
 
     # -- diagnostics --------------------------------------------------------------------------
@@ -529,14 +614,17 @@ class SimNode(Node):
             "steps_dropped": str(self.steps_dropped),
             "loop_ms_p50": f"{self.loop_ms.percentile(50):.3f}",
             "loop_ms_p99": f"{self.loop_ms.percentile(99):.3f}",
-            "render_ms_p50": f"{self.render_ms.percentile(50):.3f}",
-            "render_ms_p99": f"{self.render_ms.percentile(99):.3f}",
+            "render_ms_p50": f"{self.render.frame_ms.percentile(50):.3f}",
+            "render_ms_p99": f"{self.render.frame_ms.percentile(99):.3f}",
+            "render_blocked": str(self.render.blocked),
             "commands_stale": str(self._stale).lower(),
             "command_age_s": command_age,
             "command_timeouts": str(self.command_timeouts),
             "lockstep": ("off" if not self._lockstep_configured()
                          else "free_run" if self._free_run else "on"),
             "lockstep_timeouts": str(self.lockstep_timeouts),
+            "lockstep_resends": str(self.lockstep_resends),
+            "lockstep_duplicates": str(self.lockstep_duplicates),
             "lockstep_wait_ms_p50": f"{self.lockstep_wait_ms.percentile(50):.3f}",
             "lockstep_wait_ms_p99": f"{self.lockstep_wait_ms.percentile(99):.3f}",
             "gripper_target_m": f"{self._gripper_m:.4f}",
@@ -550,7 +638,10 @@ class SimNode(Node):
         self.diag_pub.publish(msg)
 
     def destroy_node(self):
-        runtime = getattr(self, "runtime", None)  # absent when the parameters were invalid
+        render = getattr(self, "render", None)  # absent when the parameters were invalid
+        if render is not None:
+            render.close()
+        runtime = getattr(self, "runtime", None)
         if runtime is not None:
             runtime.close()
         return super().destroy_node()

@@ -152,11 +152,7 @@ class KinectCamera:
         self._ctx = mujoco.MjrContext(model, mujoco.mjtFontScale.mjFONTSCALE_100)
         mujoco.mjr_setBuffer(mujoco.mjtFramebuffer.mjFB_OFFSCREEN, self._ctx)
         self._ctx.readDepthMap = mujoco.mjtDepthMap.mjDEPTH_ZEROFAR
-        self._scene = mujoco.MjvScene(model, maxgeom=max(1000, 2 * model.ngeom))
-        for flag in (mujoco.mjtRndFlag.mjRND_SHADOW, mujoco.mjtRndFlag.mjRND_REFLECTION,
-                     mujoco.mjtRndFlag.mjRND_SKYBOX, mujoco.mjtRndFlag.mjRND_FOG,
-                     mujoco.mjtRndFlag.mjRND_HAZE):
-            self._scene.flags[flag] = False
+        self._scene = self.new_scene()
         self._option = mujoco.MjvOption()
         self._option.sitegroup[:] = 0  # sites are markers, not surfaces a Kinect sees
         self._camera = mujoco.MjvCamera()
@@ -181,17 +177,41 @@ class KinectCamera:
         return RigidTransform(np.asarray(rot_mj) @ _MJ_TO_OPTICAL, np.array(pos, dtype=np.float64))
 
     # -- rendering ----------------------------------------------------------------------
-    def _render_pass(self, data: mujoco.MjData, read_depth: bool) -> None:
-        self._gl.make_current()
+    def new_scene(self) -> mujoco.MjvScene:
+        """A scene buffer for ``capture`` / ``draw`` (shadows, reflections, sky, fog off)."""
+        scene = mujoco.MjvScene(self.model, maxgeom=max(1000, 2 * self.model.ngeom))
+        for flag in (mujoco.mjtRndFlag.mjRND_SHADOW, mujoco.mjtRndFlag.mjRND_REFLECTION,
+                     mujoco.mjtRndFlag.mjRND_SKYBOX, mujoco.mjtRndFlag.mjRND_FOG,
+                     mujoco.mjtRndFlag.mjRND_HAZE):
+            scene.flags[flag] = False
+        return scene
+
+    def capture(self, data: mujoco.MjData, scene: mujoco.MjvScene) -> mujoco.MjvScene:
+        """What the camera sees in ``data`` now, as geometry in ``scene`` (no GL: any thread).
+
+        Split from ``draw`` so that a simulation loop can capture a frame at its instant
+        and hand the drawing to another thread (``sim.render_thread``).
+        """
         mujoco.mjv_updateScene(self.model, data, self._option, None, self._camera,
-                               mujoco.mjtCatBit.mjCAT_ALL, self._scene)
-        mujoco.mjr_render(self._rect, self._scene, self._ctx)
+                               mujoco.mjtCatBit.mjCAT_ALL, scene)
+        return scene
+
+    def _draw_pass(self, scene: mujoco.MjvScene, read_depth: bool) -> None:
+        self._gl.make_current()
+        mujoco.mjr_render(self._rect, scene, self._ctx)
         mujoco.mjr_readPixels(self._rgb_gl, self._depth_gl if read_depth else None,
                               self._rect, self._ctx)
 
     def render_arrays(self, data: mujoco.MjData) -> RgbdFrame:
         """Render RGB and metric depth (top row first), with noise if configured."""
-        self._render_pass(data, read_depth=True)
+        return self.draw(self.capture(data, self._scene))
+
+    def draw(self, scene: mujoco.MjvScene) -> RgbdFrame:
+        """Draw a captured scene: RGB and metric depth (top row first), noise if configured.
+
+        Uses this camera's GL context, which is made current here: one thread at a time.
+        """
+        self._draw_pass(scene, read_depth=True)
         n, f = self.near_m, self.far_m
         z = (n * f) / (n + self._depth_gl[::-1] * np.float32(f - n))
         # nothing rendered = far plane: never a valid return, whatever max_depth_m says
@@ -211,7 +231,7 @@ class KinectCamera:
         for flag in flags:
             self._scene.flags[flag] = True
         try:
-            self._render_pass(data, read_depth=False)
+            self._draw_pass(self.capture(data, self._scene), read_depth=False)
         finally:
             for flag in flags:
                 self._scene.flags[flag] = False

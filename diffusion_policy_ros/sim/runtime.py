@@ -8,8 +8,9 @@ the ROS system run the same physics, images and success rules:
   physics step (2 ms = the tracker's 500 Hz), then renders one frame per
   observation.
 * ``sim_node`` applies the efforts and gripper command it receives from
-  ``pd_tracker_node`` with ``step`` on its 500 Hz timer and publishes
-  ``render_frame()`` whenever ``frame_due()`` (30 Hz in sim time).
+  ``pd_tracker_node`` with ``step`` on its 500 Hz timer and, whenever ``frame_due()``
+  (30 Hz in sim time), captures the scene for its render thread
+  (``schedule_frame``, then ``finish_frame`` with the drawn arrays).
 
 The task is evaluated after every physics step, so success and failure times
 do not depend on the control or camera rate.
@@ -35,7 +36,9 @@ from diffusion_policy_ros.perception.image_decoding import RawImage
 from diffusion_policy_ros.sim.camera import (
     DepthNoise,
     KinectCamera,
+    RgbdFrame,
     bgra8_image,
+    camera_model_for,
     depth_16uc1_image,
 )
 from diffusion_policy_ros.sim.scene import ArmScene
@@ -87,6 +90,7 @@ class SimulationRuntime:
         self.scene = ArmScene(model)
         width, height = self.config.resolution
         self.camera = KinectCamera(self.scene.model, width, height) if with_camera else None
+        self.camera_model = camera_model_for(self.scene.model, width, height)
         #: Applied here, not in the camera, so that its random stream restarts with each episode.
         self.depth_noise = DepthNoise() if self.config.depth_noise else None
         self.frame_period_s = 1.0 / self.config.camera_rate_hz
@@ -182,19 +186,35 @@ class SimulationRuntime:
         """A camera frame is due at the current time (``camera_rate_hz`` in sim time)."""
         return self.time_s >= self._next_frame_s - 1e-9
 
+    def schedule_frame(self) -> float:
+        """Take the frame that is due now: returns its time (s) and schedules the next.
+
+        ``render_frame`` does this itself; a driver that renders elsewhere
+        (``sim_node``'s render thread) calls it, captures the scene, and later hands the
+        drawn arrays to ``finish_frame``.
+        """
+        now = self.time_s
+        periods = np.floor(now / self.frame_period_s + 1e-9) + 1.0
+        self._next_frame_s = float(periods * self.frame_period_s)
+        return now
+
+    def finish_frame(self, time_s: float, rgbd: RgbdFrame) -> CameraFrame:
+        """The driver's images of a drawn frame, with this episode's depth noise.
+
+        The noise stream is the episode's: finish frames in the order they were
+        scheduled, and all of an episode's frames before the next ``reset``.
+        """
+        depth = rgbd.depth_m
+        if self.depth_noise is not None:
+            depth = self.depth_noise.apply(depth, self._noise_rng)
+        return CameraFrame(time_s, bgra8_image(rgbd.rgb), depth_16uc1_image(depth),
+                           self.camera_model)
+
     def render_frame(self) -> CameraFrame:
         """Render the camera now (with this episode's depth noise); schedules the next frame."""
         if self.camera is None:
             raise RuntimeError("this runtime was built with_camera=False")
-        now = self.time_s
-        frame = self.camera.render_arrays(self.scene.data)
-        depth = frame.depth_m
-        if self.depth_noise is not None:
-            depth = self.depth_noise.apply(depth, self._noise_rng)
-        periods = np.floor(now / self.frame_period_s + 1e-9) + 1.0
-        self._next_frame_s = float(periods * self.frame_period_s)
-        return CameraFrame(now, bgra8_image(frame.rgb), depth_16uc1_image(depth),
-                           self.camera.camera_model)
+        return self.finish_frame(self.schedule_frame(), self.camera.render_arrays(self.scene.data))
 
     def close(self) -> None:
         if self.camera is not None:

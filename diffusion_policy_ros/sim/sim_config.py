@@ -54,6 +54,11 @@ class SimConfig:
                                       "keep it across resets (published again at each). "
                                       "Either way a person's instruction sets the object "
                                       "that is scored")
+    clock_rate_hz: float = param(100.0, "sim_node with publish_clock: /clock rate in sim time "
+                                 "(Hz), at most the 500 Hz physics rate. Every node on sim "
+                                 "time takes each /clock message, so 500 Hz costs a share of "
+                                 "a core in each; stamps stay exact (every joint_states and "
+                                 "frame carries its own)", low=1.0, high=500.0)
     lockstep: bool = param(True, "sim_node with publish_clock: synchronous mode, as "
                            "simulators offer it. After each joint_states the physics waits "
                            "for the arm controller's next command before it steps on, so a "
@@ -65,6 +70,11 @@ class SimConfig:
                                       "controller's answer before free-running (counted, "
                                       "WARN) until its commands return (s)",
                                       low=0.001, high=60.0)
+    lockstep_resend_s: float = param(0.02, "sim_node lockstep: wall time after which a "
+                                     "joint_states still unanswered is published again, as "
+                                     "DDS may lose a sample and repair it only when a later "
+                                     "one comes (counted, WARN); 0 = never (s)",
+                                     low=0.0, high=60.0)
     joint_state_rate_hz: float = param(500.0, "sim_node: joint_states rate in sim time (Hz), "
                                        "at most the 500 Hz physics rate", low=1.0, high=500.0)
     command_timeout_s: float = param(0.01, "sim_node: an arm effort expires this much sim "
@@ -84,6 +94,9 @@ class SimConfig:
                                         low=0.05, high=60.0)
 
     def validate(self) -> None:
+        if self.lockstep_resend_s >= self.lockstep_timeout_s:
+            raise ValueError(f"lockstep_resend_s ({self.lockstep_resend_s}) must be below "
+                             f"lockstep_timeout_s ({self.lockstep_timeout_s})")
         if self.max_catchup_s >= self.command_timeout_s:
             raise ValueError(f"max_catchup_s ({self.max_catchup_s}) must be below "
                              f"command_timeout_s ({self.command_timeout_s}): commands are read "

@@ -366,35 +366,78 @@ def test_lockstep_steps_once_per_command_and_free_runs_without_one(ros, start_no
     ros.spin_until(lambda: h.effort_pub.get_subscription_count() > 0 and h.joint_states, 30.0,
                    lambda: "discovery\n" + node.log())
 
+    def stamps():
+        return sorted({stamp for stamp, *_ in h.joint_states})
+
     def answer(count):
-        """One command per new joint_states, as pd_tracker_node on tick_source joint_states."""
+        """One command per joint_states stamp, as pd_tracker_node on tick_source
+        joint_states (a joint_states asked again has the same stamp)."""
         for _ in range(count):
-            seen = len(h.joint_states)
-            h.effort([0.0] * 6)
-            ros.spin_until(lambda n=seen: len(h.joint_states) > n, 10.0,
+            seen = len(stamps())
+            h.effort([1e-6 * seen] + [0.0] * 5)  # a new state gives another effort
+            ros.spin_until(lambda n=seen: len(stamps()) > n, 10.0,
                            lambda: f"the next joint_states\n{node.log()}")
 
     answer(5)  # any free-run from before the first command ends with it
     ros.spin_until(lambda: h.value("lockstep", "") == "on", 10.0,
                    lambda: f"lockstep on: {h.diagnostics()}")
     answer(3)
-    start = len(h.joint_states)
+    start = len(stamps())
     answer(100)
-    # Synchronous: one 2 ms physics step (one joint_states) per command, none without.
-    got = h.joint_states[start - 1:]
+    # Synchronous: one 2 ms physics step (one new stamp) per command, none without.
+    got = stamps()[start - 1:]
     assert len(got) == 101, len(got)
-    steps_ms = np.diff([s for s, *_ in got]) * 1e-6
-    assert np.allclose(steps_ms, 2.0, atol=0.01), steps_ms
-    waited = len(h.joint_states)
-    ros.spin_for(0.2)  # within lockstep_timeout_s: the sim waits for the next command
-    assert len(h.joint_states) == waited
+    assert np.allclose(np.diff(got) * 1e-6, 2.0, atol=0.01), np.diff(got)
+    waited, asked = len(stamps()), int(h.value("lockstep_resends"))
+    ros.spin_for(0.2)  # within lockstep_timeout_s: the sim waits for the next command ...
+    assert len(stamps()) == waited
+    # ... asking again every lockstep_resend_s (0.02 s) with the same joint_states.
+    ros.spin_until(lambda: int(h.value("lockstep_resends")) > asked, 5.0,
+                   lambda: f"resends counted: {h.diagnostics()}")
+    assert h.joint_states[-1][0] == stamps()[-1] and h.joint_states[-2][0] == stamps()[-1]
     # Silence beyond lockstep_timeout_s: free-run with expiring efforts, counted.
     ros.spin_until(lambda: h.value("lockstep", "") == "free_run"
                    and int(h.value("lockstep_timeouts")) >= 1
-                   and len(h.joint_states) > waited + 50, 10.0,
+                   and len(stamps()) > waited + 50, 10.0,
                    lambda: f"free run: {h.diagnostics()}")
-    assert "free-running with expiring efforts" in node.log()
+    log = node.log()
+    assert "free-running with expiring efforts" in log and "published it again" in log
     assert float(h.value("lockstep_wait_ms_p50")) > 0
+    assert node.alive(), node.log()
+
+
+def test_lockstep_asks_again_when_an_answer_is_lost(ros, start_node):
+    """A controller whose first answer to each joint_states never arrives (as a sample
+    DDS lost) still drives the lockstep, one physics step per stamp, through the sim
+    publishing the unanswered joint_states again after lockstep_resend_s; no timeout."""
+    node = start_node("diffusion_policy_ros.ros.sim_node", SIM_PARAMS + [
+        "-p", "use_sim_time:=true", "-p", "publish_clock:=true", "-p", "resolution:=[320, 180]",
+        "-p", "diagnostics_period_s:=0.2", "-p", "lockstep_resend_s:=0.05",
+        "-p", "lockstep_timeout_s:=5.0"])
+    h = SimHarness(ros, camera=False)
+    ros.spin_until(lambda: h.effort_pub.get_subscription_count() > 0 and h.joint_states, 30.0,
+                   lambda: "discovery\n" + node.log())
+    for _ in range(20):  # answered at once, until the sim is in lockstep
+        seen = len(h.joint_states)
+        h.effort([0.0] * 6)
+        ros.spin_until(lambda n=seen: len(h.joint_states) > n, 10.0, node.log)
+    ros.spin_until(lambda: h.value("lockstep", "") == "on", 10.0,
+                   lambda: f"lockstep on: {h.diagnostics()}")
+    answered, before = set(), int(h.value("lockstep_resends"))
+    first = h.joint_states[-1][0]
+    while len(answered) < 10:
+        ros.spin_until(lambda: h.joint_states[-1][0] not in answered and any(
+            s == h.joint_states[-1][0] for s, *_ in h.joint_states[:-1]), 5.0,
+            lambda: f"the same joint_states again\n{node.log()}")
+        answered.add(h.joint_states[-1][0])
+        # Only a joint_states' second delivery is answered, as for a lost first answer;
+        # a new state gives another effort (the same effort is a copy's answer).
+        h.effort([1e-6 * len(answered)] + [0.0] * 5)
+    ros.spin_until(lambda: int(h.value("lockstep_resends")) >= before + 10, 5.0,
+                   lambda: f"resends counted: {h.diagnostics()}")
+    new = sorted({s for s, *_ in h.joint_states if s >= first})
+    assert np.allclose(np.diff(new) * 1e-6, 2.0, atol=0.01), np.diff(new)
+    assert int(h.value("lockstep_timeouts")) == 0 and h.value("lockstep") == "on"
     assert node.alive(), node.log()
 
 
@@ -463,6 +506,10 @@ def test_invalid_parameters_fail_fast(start_node):
                       SIM_PARAMS + ["-p", "max_catchup_s:=0.2"])
     assert proc.proc.wait(60) == 2
     assert "max_catchup_s" in proc.log()
+    proc = start_node("diffusion_policy_ros.ros.sim_node",
+                      SIM_PARAMS + ["-p", "lockstep_resend_s:=0.5"])  # = lockstep_timeout_s
+    assert proc.proc.wait(60) == 2
+    assert "lockstep_resend_s" in proc.log()
 
 
 def test_command_validation_and_episode_report():

@@ -67,6 +67,8 @@ def summarize(outcomes: list[dict], latencies_ms: list[float], diagnostics: dict
         "sim_lockstep": sim.get("lockstep"),
         "sim_lockstep_timeouts": (int(sim["lockstep_timeouts"]) if "lockstep_timeouts" in sim
                                   else None),
+        "sim_lockstep_resends": (int(sim["lockstep_resends"]) if "lockstep_resends" in sim
+                                 else None),
         "sim_lockstep_wait_ms": {"p50": f(sim.get("lockstep_wait_ms_p50")),
                                  "p99": f(sim.get("lockstep_wait_ms_p99"))},
         "sim_real_time_factor": achieved_real_time_factor(outcomes,
@@ -107,7 +109,8 @@ def format_summary(summary: dict) -> str:
         wait = summary.get("sim_lockstep_wait_ms") or {}
         loop = (f"tracker ticks on joint_states, sim lockstep {summary.get('sim_lockstep')} "
                 f"(waits for a command p50 {f(wait.get('p50'), '.3f')} ms, p99 "
-                f"{f(wait.get('p99'), '.3f')} ms; timeouts "
+                f"{f(wait.get('p99'), '.3f')} ms; asked again "
+                f"{summary.get('sim_lockstep_resends', 'n/a')}, timeouts "
                 f"{summary.get('sim_lockstep_timeouts', 'n/a')})")
     else:
         loop = (f"tracker at {f(summary['tracker_loop_rate_hz'])} Hz, period error p50 "

@@ -58,6 +58,7 @@ def test_one_episode_through_the_real_nodes(tiny_bringup_command, bringup_env,
         assert summary["tracker_tick_source"] == "joint_states"
         assert summary["sim_lockstep"] == "on"
         assert math.isfinite(summary["sim_lockstep_wait_ms"]["p50"])
+        assert summary["sim_lockstep_resends"] >= 0
         assert "tracker ticks on joint_states, sim lockstep on" in result.stdout
     else:
         jitter = summary["tracker_period_error_ms"]
