@@ -39,10 +39,11 @@ from diffusion_policy_ros.monitoring import RollingStats, ThrottledReasons
 from diffusion_policy_ros.ros.conversions import stamp_to_ns
 from diffusion_policy_ros.ros.node_main import run_node
 from diffusion_policy_ros.ros.params import declare_config
-from diffusion_policy_ros.ros.realtime import PeriodicThread, request_fifo_priority
-
-GIL_SWITCH_INTERVAL_S = 1e-4
-"""How soon a running callback hands the GIL to the control thread (Python's default: 5 ms)."""
+from diffusion_policy_ros.ros.realtime import (
+    GIL_SWITCH_INTERVAL_S,
+    PeriodicThread,
+    request_fifo_priority,
+)
 
 
 def chunk_from_msg(msg: JointTrajectory) -> ActionChunk:

@@ -13,6 +13,10 @@ import threading
 import time
 from collections.abc import Callable
 
+GIL_SWITCH_INTERVAL_S = 1e-4
+"""``sys.setswitchinterval`` for a node whose timing-critical thread shares the GIL with
+another busy one: that thread gets the GIL back within this, not Python's default 5 ms."""
+
 
 def request_fifo_priority(priority: int) -> str:
     """Put the calling thread under SCHED_FIFO at ``priority``; '' on success, else why not.

@@ -90,6 +90,7 @@ from diffusion_policy_ros.monitoring import RateMeter, RollingStats, ThrottledRe
 from diffusion_policy_ros.ros.conversions import camera_info_msg, image_msg, ns_to_stamp
 from diffusion_policy_ros.ros.node_main import run_node
 from diffusion_policy_ros.ros.params import declare_config
+from diffusion_policy_ros.ros.realtime import GIL_SWITCH_INTERVAL_S
 from diffusion_policy_ros.sim.camera import RgbdFrame
 from diffusion_policy_ros.sim.render_thread import RenderThread
 from diffusion_policy_ros.sim.runtime import SimulationRuntime
@@ -97,8 +98,6 @@ from diffusion_policy_ros.sim.scene import ARM_JOINT_NAMES, JOINT_NAMES
 from diffusion_policy_ros.sim.sim_config import SimConfig
 from diffusion_policy_ros.sim.task import TaskState, task_for_instruction
 
-GIL_SWITCH_INTERVAL_S = 1e-4
-"""How soon the render thread hands the GIL to the loop (Python's default: 5 ms)."""
 #: Optical frame of the colour camera, as the Azure Kinect driver names it.
 CAMERA_FRAME = "rgb_camera_link"
 #: ``/diagnostics`` keys of the episode report entries that do not read well as episode_<key>.

@@ -33,6 +33,11 @@ def finite_or_none(value) -> float | None:
     return x if math.isfinite(x) else None
 
 
+def count_or_none(values: dict, key: str) -> int | None:
+    """A diagnostics counter (a string) as an int, None where the node does not report it."""
+    return int(values[key]) if key in values else None
+
+
 def summarize(outcomes: list[dict], latencies_ms: list[float], diagnostics: dict[str, dict],
               tracker_p99_worst: float | None) -> dict:
     """Rates and figures of a run from per-episode outcomes and the last diagnostics."""
@@ -52,9 +57,8 @@ def summarize(outcomes: list[dict], latencies_ms: list[float], diagnostics: dict
         "policy_predict_ms": {"p50": f(policy.get("predict_ms_p50")),
                               "p99": f(policy.get("predict_ms_p99"))},
         "policy_chunk_rate_hz": f(policy.get("chunk_rate_hz")),
-        "policy_chunks_total": int(policy["chunks_total"]) if "chunks_total" in policy else None,
-        "policy_overrun_ticks": (int(policy["overrun_ticks"]) if "overrun_ticks" in policy
-                                 else None),
+        "policy_chunks_total": count_or_none(policy, "chunks_total"),
+        "policy_overrun_ticks": count_or_none(policy, "overrun_ticks"),
         "tracker_period_error_ms": {"p50": f(tracker.get("period_error_ms_p50")),
                                     "p99": f(tracker.get("period_error_ms_p99")),
                                     "max": f(tracker.get("period_error_ms_max")),
@@ -65,10 +69,8 @@ def summarize(outcomes: list[dict], latencies_ms: list[float], diagnostics: dict
                                                         "path_aborts", "faults")
                            if k in tracker},
         "sim_lockstep": sim.get("lockstep"),
-        "sim_lockstep_timeouts": (int(sim["lockstep_timeouts"]) if "lockstep_timeouts" in sim
-                                  else None),
-        "sim_lockstep_resends": (int(sim["lockstep_resends"]) if "lockstep_resends" in sim
-                                 else None),
+        "sim_lockstep_timeouts": count_or_none(sim, "lockstep_timeouts"),
+        "sim_lockstep_resends": count_or_none(sim, "lockstep_resends"),
         "sim_lockstep_wait_ms": {"p50": f(sim.get("lockstep_wait_ms_p50")),
                                  "p99": f(sim.get("lockstep_wait_ms_p99"))},
         "sim_real_time_factor": achieved_real_time_factor(outcomes,
