@@ -48,7 +48,8 @@ effort for a whole batch of steps, the zero-order hold whose delay made the loop
 oscillate. No answer within ``lockstep_resend_s``
 (a sample DDS lost) publishes the same ``joint_states`` again (counted). With no command
 publisher, or none within ``lockstep_timeout_s`` of wall time, the sim free-runs
-(counted, WARN) with expiring efforts, until commands return.
+(counted, WARN) with expiring efforts, until commands return. When to step, ask again,
+drop a twin answer or free-run is decided by ``sim.lockstep.LockstepHandshake``.
 
 Camera. A due frame's geometry is captured in the loop at its instant and drawn,
 converted and published by a render thread (``sim.render_thread``), so drawing never
@@ -92,6 +93,7 @@ from diffusion_policy_ros.ros.node_main import run_node
 from diffusion_policy_ros.ros.params import declare_config
 from diffusion_policy_ros.ros.realtime import GIL_SWITCH_INTERVAL_S
 from diffusion_policy_ros.sim.camera import RgbdFrame
+from diffusion_policy_ros.sim.lockstep import CommandVerdict, LockstepHandshake, TurnVerdict
 from diffusion_policy_ros.sim.render_thread import RenderThread
 from diffusion_policy_ros.sim.runtime import SimulationRuntime
 from diffusion_policy_ros.sim.scene import ARM_JOINT_NAMES, JOINT_NAMES
@@ -201,24 +203,9 @@ class SimNode(Node):
         self.steps_total = 0
         self.steps_dropped = 0
         self._window = (time.monotonic(), 0.0)
-        # Lockstep: wall time the last joint_states began waiting for its command.
-        self._awaiting_since: float | None = None
-        self._free_run = False
-        self._timeout_seen = False
-        self.lockstep_timeouts = 0
-        self.lockstep_wait_ms = RollingStats(window=2000)
-        # Asking again: when the last joint_states went out, whether a timer turn past
-        # lockstep_resend_s has already been given to a queued answer, how often asked again.
-        self._asked_at: float | None = None
-        self._resend_seen = False
-        self.lockstep_resends = 0
-        # Answers still to come to the awaited joint_states' copies, and to the last answered
-        # one's (with the effort they repeat): told apart from the next state's answer.
-        self._resends_now = 0
-        self._twins_left = 0
-        self._twin_effort: np.ndarray | None = None
-        self.lockstep_duplicates = 0
-        self._resend_log = ThrottledReasons(period_s=2.0)
+        # Lockstep: when to step, ask again, drop a twin answer or free-run.
+        self.lockstep = LockstepHandshake(cfg.lockstep_timeout_s, cfg.lockstep_resend_s)
+        self._lockstep_log = ThrottledReasons(period_s=2.0)
         self._last_joint_state: JointState | None = None
 
         self._steady = Clock(clock_type=ClockType.STEADY_TIME)
@@ -308,8 +295,7 @@ class SimNode(Node):
         state = self.runtime.reset(task=task)
         self._episode += 1
         self._effort = None  # the arm was teleported home: efforts for the old pose are void
-        self._awaiting_since = None
-        self._resends_now = self._twins_left = 0
+        self.lockstep.cancel()
         self._gripper_m = float(self.runtime.scene.joint_positions()[6])
         self._next_js_s = self.sim_time_s()
         self._status = ""
@@ -380,30 +366,19 @@ class SimNode(Node):
         if np.any(values < low) or np.any(values > high):
             self._clamped("effort_clamped", f"arm efforts {values.tolist()} clamped to the "
                           f"joint effort limits {high.tolist()} N m")
-        if self._twins_left:
-            if self._awaiting_since is not None and np.array_equal(values, self._twin_effort):
-                # The late first answer, or another one, to a joint_states published again:
-                # the same state gives the same effort. It answers nothing new.
-                self._twins_left -= 1
-                self.lockstep_duplicates += 1
-                return
-            self._twins_left = 0
         now = time.monotonic()
+        verdict = self.lockstep.on_command(values, now)
+        if verdict is CommandVerdict.DUPLICATE:
+            return
         self.rates["commands"].tick(now)
         self._effort = values
         self._last_command_s = self.sim_time_s()
         if self._stale:
             self._stale = False
             self.get_logger().debug("arm commands resumed")
-        if self._free_run:
-            self._free_run = False
+        if verdict is CommandVerdict.RESUMED:
             self.get_logger().info("arm commands returned: lockstep resumed")
-        if self._awaiting_since is not None:
-            self.lockstep_wait_ms.add((now - self._awaiting_since) * 1e3)
-            self._awaiting_since = None
-            self._twins_left, self._twin_effort = self._resends_now, values
-            self._resends_now = 0
-            self._timeout_seen = False
+        elif verdict is CommandVerdict.ANSWER:
             self._step_lockstep()
 
     def _on_gripper(self, msg: Float64MultiArray) -> None:
@@ -438,7 +413,7 @@ class SimNode(Node):
         return self.config.lockstep and self.config.publish_clock
 
     def _lockstep_active(self) -> bool:
-        return (self._lockstep_configured() and not self._free_run
+        return (self._lockstep_configured() and not self.lockstep.free_running
                 and self.count_publishers("arm_controller/commands") > 0)
 
     def _loop(self) -> None:
@@ -458,7 +433,7 @@ class SimNode(Node):
         if self._lockstep_active():
             self._step_lockstep()
             return
-        self._awaiting_since = None
+        self.lockstep.cancel()
         self._debt_s -= n * self.dt
         pace_s = self.dt / self.config.real_time_factor
         for k in range(n):
@@ -473,27 +448,24 @@ class SimNode(Node):
     def _step_lockstep(self) -> None:
         """Step while the pace allows, stopping at each joint_states until it is answered."""
         start = time.monotonic()
-        if self._awaiting_since is not None:
-            if start - self._awaiting_since <= self.config.lockstep_timeout_s:
-                self._timeout_seen = False
-                self._ask_again(start)
-                return
-            if not self._timeout_seen:
-                # This process may itself have been descheduled that long: the executor
-                # runs ready timers before ready subscriptions, so give a command already
-                # queued one turn before calling it a timeout.
-                self._timeout_seen = True
-                return
-            self._timeout_seen = False
-            self._awaiting_since = None
-            self._resends_now = self._twins_left = 0
-            self._free_run = True
-            self.lockstep_timeouts += 1
-            self.get_logger().warning(
-                f"lockstep: no arm command within lockstep_timeout_s "
-                f"({self.config.lockstep_timeout_s} s wall) of a joint_states; free-running "
-                f"with expiring efforts until commands return "
-                f"[{self.lockstep_timeouts} so far]")
+        if self.lockstep.awaiting:
+            verdict = self.lockstep.on_turn(start)
+            if verdict is TurnVerdict.ASK_AGAIN:
+                # DDS can lose a sample even on a reliable topic (measured here while the
+                # camera's images flow) and repairs it only when a later sample reveals the
+                # gap; in a lockstep nothing later comes, so the state is published again.
+                self.joint_pub.publish(self._last_joint_state)
+                if self._lockstep_log.record("resend", start):
+                    self.get_logger().warning(
+                        f"lockstep: no arm command {self.config.lockstep_resend_s * 1e3:.0f} ms "
+                        f"after a joint_states; published it again (a lost DDS sample) "
+                        f"[{self.lockstep.resends} so far]")
+            elif verdict is TurnVerdict.TIMED_OUT:
+                self.get_logger().warning(
+                    f"lockstep: no arm command within lockstep_timeout_s "
+                    f"({self.config.lockstep_timeout_s} s wall) of a joint_states; free-running "
+                    f"with expiring efforts until commands return "
+                    f"[{self.lockstep.timeouts} so far]")
             return
         stepped = False
         while self._debt_s + 1e-9 >= self.dt:
@@ -502,39 +474,11 @@ class SimNode(Node):
             self.steps_total += 1
             stepped = True
             if self._after_step(state):
-                self._awaiting_since = self._asked_at = time.monotonic()
-                self._resend_seen = False
+                self.lockstep.asked(time.monotonic())
                 break
         if stepped:
             self._publish_clock()
             self.loop_ms.add((time.monotonic() - start) * 1e3)
-
-    def _ask_again(self, now: float) -> None:
-        """Publish the awaited joint_states again when no answer came within
-        ``lockstep_resend_s``.
-
-        DDS can lose a sample even on reliable topics (measured here while the camera's
-        large images flow), and repairs it only when a later sample reveals the gap or a
-        periodic heartbeat arrives. In a lockstep nothing later comes, so asking again is
-        what keeps the sim from stalling until ``lockstep_timeout_s``. As for the
-        timeout, a timer turn past the interval first lets an answer that is already
-        queued be taken.
-        """
-        resend_s = self.config.lockstep_resend_s
-        if not resend_s or self._last_joint_state is None or now - self._asked_at < resend_s:
-            return
-        if not self._resend_seen:
-            self._resend_seen = True
-            return
-        self._resend_seen = False
-        self._asked_at = now
-        self.lockstep_resends += 1
-        self._resends_now += 1
-        self.joint_pub.publish(self._last_joint_state)
-        if self._resend_log.record("resend", now):
-            self.get_logger().warning(
-                f"lockstep: no arm command {resend_s * 1e3:.0f} ms after a joint_states; "
-                f"published it again (a lost DDS sample) [{self.lockstep_resends} so far]")
 
     def _after_step(self, state: TaskState) -> bool:
         """Publish what is due after a physics step; True when joint_states went out."""
@@ -620,12 +564,12 @@ class SimNode(Node):
             "command_age_s": command_age,
             "command_timeouts": str(self.command_timeouts),
             "lockstep": ("off" if not self._lockstep_configured()
-                         else "free_run" if self._free_run else "on"),
-            "lockstep_timeouts": str(self.lockstep_timeouts),
-            "lockstep_resends": str(self.lockstep_resends),
-            "lockstep_duplicates": str(self.lockstep_duplicates),
-            "lockstep_wait_ms_p50": f"{self.lockstep_wait_ms.percentile(50):.3f}",
-            "lockstep_wait_ms_p99": f"{self.lockstep_wait_ms.percentile(99):.3f}",
+                         else "free_run" if self.lockstep.free_running else "on"),
+            "lockstep_timeouts": str(self.lockstep.timeouts),
+            "lockstep_resends": str(self.lockstep.resends),
+            "lockstep_duplicates": str(self.lockstep.duplicates),
+            "lockstep_wait_ms_p50": f"{self.lockstep.wait_ms.percentile(50):.3f}",
+            "lockstep_wait_ms_p99": f"{self.lockstep.wait_ms.percentile(99):.3f}",
             "gripper_target_m": f"{self._gripper_m:.4f}",
             **{f"rejected_{r}": str(n) for r, n in sorted(self.rejects.counts.items())},
             **{r: str(n) for r, n in sorted(self.clamps.counts.items())},
