@@ -44,6 +44,33 @@ def tiny_checkpoint(tiny_demos, tmp_path_factory):
                  tmp_path_factory.mktemp("tiny_run") / "run", progress=False)
 
 
+@pytest.fixture(scope="session")
+def tiny_aot_student(tmp_path_factory):
+    """(checkpoint, graph dir, manifest): a TINY_POLICY one-step consistency student with
+    every stage the compiled graph can hold (grounding, K = 3 medoid, chunk smoothing),
+    saved and compiled by AOTInductor once for the session: the compiler is the slow part
+    (one to two minutes), so the export and policy_node tests share one package."""
+    pytest.importorskip("torch._inductor")
+    import torch
+
+    from diffusion_policy_ros.policy.checkpoint import load_checkpoint, save_checkpoint
+    from diffusion_policy_ros.policy.configuration_diffusion import DiffusionPolicyConfig
+    from diffusion_policy_ros.policy.export import export_aot
+    from diffusion_policy_ros.policy.modeling_diffusion import DiffusionPolicy
+
+    torch.manual_seed(0)
+    config = DiffusionPolicyConfig(**{
+        **TINY_POLICY, "target_grounding": True, "grounding_dim": 8, "sampler": "consistency",
+        "num_inference_steps": 1, "prediction_type": "sample", "chunk_lowpass_terms": 3,
+        "num_samples": 3})
+    checkpoint = save_checkpoint(DiffusionPolicy(config).eval(),
+                                 tmp_path_factory.mktemp("aot_student") / "ckpt",
+                                 dataset_id="test")
+    policy, meta = load_checkpoint(checkpoint)
+    manifest = export_aot(policy, checkpoint / "aot", meta["weights_sha256"])
+    return checkpoint, checkpoint / "aot", manifest
+
+
 class ColconInstall:
     """A ``colcon build`` of this repository and the environment its setup script gives."""
 

@@ -87,23 +87,22 @@ def test_the_backend_refuses_graphs_of_other_weights_or_settings(make_config, la
 
 
 @pytest.fixture(scope="module")
-def aot_export(tmp_path_factory):
-    """A tiny consistency student compiled once by AOTInductor for this module's tests
-    (the compiler is the slow part: tens of seconds)."""
-    pytest.importorskip("torch._inductor")
-    policy = _policy(tiny_config, sampler="consistency", num_inference_steps=1,
-                     prediction_type="sample", chunk_lowpass_terms=3, num_samples=3)
-    out = tmp_path_factory.mktemp("aot")
-    return policy, out, export_aot(policy, out, "abc")
+def aot_export(tiny_aot_student):
+    """(policy, graph dir, manifest, weights sha256) of the session's compiled student."""
+    from diffusion_policy_ros.policy.checkpoint import load_checkpoint
+
+    checkpoint, out, manifest = tiny_aot_student
+    policy, meta = load_checkpoint(checkpoint)
+    return policy, out, manifest, meta["weights_sha256"]
 
 
 def test_aotinductor_matches_torch(aot_export, language):
-    policy, out, manifest = aot_export
+    policy, out, manifest, sha = aot_export
     assert manifest["format"] == AOT_MANIFEST_FORMAT and manifest["num_samples"] == 3
     assert set(manifest["packages_sha256"]) == {AOT_FRAME_PACKAGE, AOT_CHUNK_PACKAGE}
     reference = PolicyRunner(policy, device="cpu", language=language)
     candidate = PolicyRunner(policy, device="cpu", language=language, backend="aotinductor",
-                             graph_dir=out, weights_sha256="abc")
+                             graph_dir=out, weights_sha256=sha)
     histories = _histories(policy)
     diff = compare_backends(reference, candidate, histories, "pick up the red cube")
     assert diff["chunks"] == 4 and diff["max_abs"] < TOLERANCE, diff
@@ -118,11 +117,11 @@ def test_aotinductor_matches_torch(aot_export, language):
 
 def test_aotinductor_refuses_other_weights_builds_or_damaged_packages(aot_export, language,
                                                                       tmp_path):
-    policy, out, _ = aot_export
+    policy, out, _, sha = aot_export
 
     def runner(graph_dir=out, **kwargs):
         return PolicyRunner(policy, device="cpu", language=language, backend="aotinductor",
-                            graph_dir=graph_dir, **{"weights_sha256": "abc", **kwargs})
+                            graph_dir=graph_dir, **{"weights_sha256": sha, **kwargs})
 
     with pytest.raises(BackendError, match="exported from other weights"):
         runner(weights_sha256="def")

@@ -371,29 +371,6 @@ def test_configure_failures_return_failure_with_the_reason(ros, assets, corrupt_
         node.destroy_node()
 
 
-@pytest.fixture(scope="module")
-def aot_exported(assets, tmp_path_factory):
-    """(checkpoint, graphs): the tiny checkpoint's weights as a one-step consistency
-    student (what dpr export --format aotinductor compiles), compiled (tens of seconds)."""
-    import dataclasses
-
-    from diffusion_policy_ros.policy.checkpoint import load_checkpoint, save_checkpoint
-    from diffusion_policy_ros.policy.export import export_aot
-    from diffusion_policy_ros.policy.modeling_diffusion import DiffusionPolicy
-
-    teacher, _ = load_checkpoint(assets[0])
-    student = DiffusionPolicy(dataclasses.replace(
-        teacher.config, sampler="consistency", num_inference_steps=1,
-        prediction_type="sample"))
-    student.load_state_dict(teacher.state_dict())
-    checkpoint = save_checkpoint(student, tmp_path_factory.mktemp("student") / "ckpt",
-                                 dataset_id="test")
-    _, meta = load_checkpoint(checkpoint)
-    out = checkpoint / "aot"
-    export_aot(student, out, meta["weights_sha256"])
-    return checkpoint, out
-
-
 @pytest.mark.parametrize("backend", ["onnxruntime", "aotinductor"])
 def test_a_static_graph_backend_acts(ros, start_node, assets, request, backend):
     """backend: onnxruntime | aotinductor runs the exported graphs: chunks of the
@@ -402,7 +379,7 @@ def test_a_static_graph_backend_acts(ros, start_node, assets, request, backend):
     if backend == "onnxruntime":
         graph_dir = request.getfixturevalue("exported")[0]
     else:
-        checkpoint, graph_dir = request.getfixturevalue("aot_exported")
+        checkpoint, graph_dir, _ = request.getfixturevalue("tiny_aot_student")
     node = start_node(MODULE, [*PARAMS, "-p", f"checkpoint:={checkpoint}",
                                "-p", f"backend:={backend}", "-p", f"graph_dir:={graph_dir}",
                                "-p", "autostart:=true"])
