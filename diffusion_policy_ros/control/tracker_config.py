@@ -33,6 +33,14 @@ class PdTrackerConfig:
                                "and joint_states (value = opening in m)")
     rate_hz: float = param(500.0, "Control rate: reference, PD and commands (Hz)",
                            low=1.0, high=2000.0)
+    reference_rate_hz: float = param(
+        50.0, "tracker/reference rate (Hz; rate_hz or more: every tick). A plotting topic, "
+        "not part of the loop: each message costs a publish and a callback per subscriber",
+        low=1.0, high=10000.0)
+    gripper_keepalive_s: float = param(
+        0.1, "gripper_controller/commands goes out when the opening changes and unchanged "
+        "at least this often (s; 0 = every tick): a position-controlled gripper holds its "
+        "last command", low=0.0, high=10.0)
     tick_source: str = param(
         "auto", "What runs the control law. timer: a steady-clock timer at rate_hz (a real "
         "arm's driver); joint_states: one tick per joint_states message at its stamp, the "

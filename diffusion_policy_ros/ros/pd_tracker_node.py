@@ -3,7 +3,8 @@
 Thin adapter around ``control.PdTracker``: converts ``policy/action_chunk``
 (trajectory_msgs/JointTrajectory) and ``joint_states`` into plain data, ticks
 the tracker and publishes ``arm_controller/commands`` (efforts in ``joint_names``
-order), ``gripper_controller/commands`` ([opening m]), ``tracker/reference`` and
+order, every tick), ``gripper_controller/commands`` ([opening m], when it changes and
+every ``gripper_keepalive_s``), ``tracker/reference`` (at ``reference_rate_hz``) and
 ``/diagnostics``.
 
 ``tick_source``: on a real arm the law runs at ``rate_hz`` on the latest state, on a
@@ -35,6 +36,7 @@ from trajectory_msgs.msg import JointTrajectory
 
 from diffusion_policy_ros.control import ActionChunk, PdTracker, PdTrackerConfig, TrackerMode
 from diffusion_policy_ros.control.chunk import RejectReason
+from diffusion_policy_ros.control.publish_gates import HeldCommandGate, RateGate
 from diffusion_policy_ros.monitoring import RollingStats, ThrottledReasons
 from diffusion_policy_ros.ros.conversions import stamp_to_ns
 from diffusion_policy_ros.ros.node_main import run_node
@@ -116,6 +118,11 @@ class PdTrackerNode(Node):
         self._published_fault = ""
         self._tracker_lock = threading.Lock()
         self._pending_chunks: collections.deque[ActionChunk] = collections.deque(maxlen=4)
+        # Efforts go out every tick; the gripper on change (and keepalive), the reference
+        # at reference_rate_hz of the tracker's clock.
+        self._gripper_gate = HeldCommandGate(cfg.gripper_keepalive_s)
+        self._reference_gate = (RateGate(cfg.reference_rate_hz)
+                                if cfg.reference_rate_hz < cfg.rate_hz else None)
 
         self.effort_pub = self.create_publisher(Float64MultiArray, "arm_controller/commands",
                                                 QoSProfile(depth=1))
@@ -234,13 +241,15 @@ class PdTrackerNode(Node):
         self._published_fault = cmd.fault
         if cmd.send:
             self.effort_pub.publish(Float64MultiArray(data=list(cmd.effort_nm)))
-            if cmd.gripper_opening_m is not None:
+            if cmd.gripper_opening_m is not None and \
+                    self._gripper_gate.due(cmd.gripper_opening_m, now_s):
                 self.gripper_pub.publish(Float64MultiArray(data=[cmd.gripper_opening_m]))
-            ref = self._reference
-            ref.header.stamp = self.get_clock().now().to_msg()
-            ref.position = list(cmd.q_ref)
-            ref.velocity = list(cmd.qd_ref)
-            self.reference_pub.publish(ref)
+            if self._reference_gate is None or self._reference_gate.due(now_s):
+                ref = self._reference
+                ref.header.stamp = self.get_clock().now().to_msg()
+                ref.position = list(cmd.q_ref)
+                ref.velocity = list(cmd.qd_ref)
+                self.reference_pub.publish(ref)
         self._ticks_total += 1
         self.tick_ms.add((time.perf_counter() - wall) * 1e3)
         while self._pending_chunks:
