@@ -116,12 +116,13 @@ def test_sigterm_stops_every_node(tiny_bringup_command, background_bringup,
 def test_the_shipped_policy_lifts_the_named_object_through_the_nodes(tmp_path,
                                                                       assert_children_gone):
     """Issue #6 end to end: sim, sync, policy and tracker nodes over DDS, the shipped
-    checkpoint, the instruction the sim publishes. On sim time, real time asked for as
-    in the README's main job: the lockstep slows the sim to what the two cores manage."""
+    checkpoint, the instruction the sim publishes. On sim time at 0.3x real time, so a
+    chunk's inference on two shared cores costs the arm a third of its wall time (README
+    "Main job"); seeds 5001 and 5002 were both lifted there in the README's run."""
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "diffusion_policy_ros.cli", "bringup", "--out", str(out),
            "--device", "cpu", "--episodes", "2", "--seed", "5001", "--use-sim-time",
-           "--sim-param", "real_time_factor:=1.0"]
+           "--sim-param", "real_time_factor:=0.3"]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
                             env=os.environ.copy())
     assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
@@ -144,7 +145,7 @@ def test_a_changed_instruction_is_pursued_through_the_nodes(tmp_path, assert_chi
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "diffusion_policy_ros.cli", "bringup", "--out", str(out),
            "--device", "cpu", "--episodes", "2", "--seed", "5016", "--switch-after", "1.0",
-           "--use-sim-time", "--sim-param", "real_time_factor:=1.0"]
+           "--use-sim-time", "--sim-param", "real_time_factor:=0.3"]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=900,
                             env=os.environ.copy())
     assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
