@@ -1,11 +1,14 @@
-"""When the tracker's side outputs go out: not every tick of the 500 Hz law needs them.
+"""When a node's periodic outputs go out: fixed-rate topics and held commands.
 
 Every message costs the sender a publish and each subscriber a callback; on two cores
 shared with the simulator, the policy and the camera pipeline, that is what limits the
-whole graph's pace. The arm's efforts go out every tick; these gates thin the rest.
+whole graph's pace. The tracker's efforts go out every tick; these gates thin its gripper
+command and reference, and put sim_node's ``joint_states`` on their sim-time grid.
 """
 
 from __future__ import annotations
+
+import math
 
 
 class HeldCommandGate:
@@ -28,10 +31,6 @@ class HeldCommandGate:
             return True
         return False
 
-    def reset(self) -> None:
-        """Send the next value whatever it is (e.g. after a fault)."""
-        self._sent = None
-
 
 class RateGate:
     """At most one message every ``1 / rate_hz`` s of one clock, on a fixed grid so the
@@ -44,8 +43,13 @@ class RateGate:
         self._next_s: float | None = None
 
     def due(self, now_s: float) -> bool:
-        if self._next_s is not None and self._next_s - self.period_s <= now_s < self._next_s:
+        # 1e-9 s: a time on the grid, up to rounding, is due.
+        if self._next_s is not None and \
+                self._next_s - self.period_s - 1e-9 <= now_s < self._next_s - 1e-9:
             return False
-        # On the grid: the next slot after now (1e-9: a stamp on the grid is due).
-        self._next_s = (int(now_s / self.period_s + 1e-9) + 1) * self.period_s
+        self._next_s = (math.floor(now_s / self.period_s + 1e-9) + 1) * self.period_s
         return True
+
+    def restart(self) -> None:
+        """The next call is due whatever the time (a new episode)."""
+        self._next_s = None

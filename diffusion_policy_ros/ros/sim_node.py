@@ -71,7 +71,6 @@ are per wall-clock second; ``real_time_factor`` there is the achieved one.
 from __future__ import annotations
 
 import json
-import math
 import sys
 import time
 
@@ -87,6 +86,7 @@ from std_msgs.msg import Float64MultiArray, Header, String
 from std_srvs.srv import Trigger
 
 from diffusion_policy_ros.control import PdTrackerConfig
+from diffusion_policy_ros.control.publish_gates import RateGate
 from diffusion_policy_ros.monitoring import RateMeter, RollingStats, ThrottledReasons
 from diffusion_policy_ros.ros.conversions import camera_info_msg, image_msg, ns_to_stamp
 from diffusion_policy_ros.ros.node_main import run_node
@@ -174,7 +174,8 @@ class SimNode(Node):
         self._effort_limits = scene.effort_limits_nm
         self._gripper_range = scene.gripper_range_m
         self._zero_effort = np.zeros(len(ARM_JOINT_NAMES))
-        self._js_period_s = 1.0 / cfg.joint_state_rate_hz
+        # joint_states on the sim-time grid of joint_state_rate_hz.
+        self._joint_state_gate = RateGate(cfg.joint_state_rate_hz)
         self._clock_period_s = 1.0 / cfg.clock_rate_hz
         self._next_clock_s = 0.0
         self._max_batch = max(1, int(round(cfg.max_catchup_s / self.dt)))
@@ -194,7 +195,6 @@ class SimNode(Node):
         self.command_timeouts = 0
         self._instruction = ""  # the last instruction heard (kept across resets)
         self._gripper_m = float(scene.joint_positions()[6])
-        self._next_js_s = 0.0
         # Loop pacing and stamps.
         self._last_wall: float | None = None
         self._debt_s = 0.0
@@ -297,7 +297,7 @@ class SimNode(Node):
         self._effort = None  # the arm was teleported home: efforts for the old pose are void
         self.lockstep.cancel()
         self._gripper_m = float(self.runtime.scene.joint_positions()[6])
-        self._next_js_s = self.sim_time_s()
+        self._joint_state_gate.restart()
         self._status = ""
         if not self.config.publish_clock:
             self._stamp_ns = self._ros_stamp_ns()
@@ -483,9 +483,8 @@ class SimNode(Node):
     def _after_step(self, state: TaskState) -> bool:
         """Publish what is due after a physics step; True when joint_states went out."""
         now = self.sim_time_s()
-        published = now >= self._next_js_s - 1e-9
+        published = self._joint_state_gate.due(now)
         if published:
-            self._next_js_s = (math.floor(now / self._js_period_s + 1e-9) + 1) * self._js_period_s
             self._publish_joint_states()
         if self.runtime.frame_due():
             time_s = self.runtime.schedule_frame()

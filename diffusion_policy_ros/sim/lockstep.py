@@ -130,8 +130,7 @@ class LockstepHandshake:
         if self._awaiting_since is None:
             return CommandVerdict.UNASKED
         self.wait_ms.add((now_s - self._awaiting_since) * 1e3)
-        self._twins_left, self._twin_effort = self._copies_out, np.array(effort, copy=True)
-        self._awaiting_since = None
-        self._timeout_seen = self._resend_seen = False
-        self._copies_out = 0
+        copies = self._copies_out
+        self.cancel()
+        self._twins_left, self._twin_effort = copies, np.array(effort, copy=True)
         return CommandVerdict.ANSWER
