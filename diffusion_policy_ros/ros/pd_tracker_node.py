@@ -114,6 +114,7 @@ class PdTrackerNode(Node):
         self.tick_ms = RollingStats(window=5000)
         self._last_tick_wall: float | None = None
         self._ticks_total = 0
+        self._efforts_sent = 0
         self._window = (0, time.perf_counter())
         self._published_fault = ""
         self._tracker_lock = threading.Lock()
@@ -241,6 +242,7 @@ class PdTrackerNode(Node):
         self._published_fault = cmd.fault
         if cmd.send:
             self.effort_pub.publish(Float64MultiArray(data=list(cmd.effort_nm)))
+            self._efforts_sent += 1
             if cmd.gripper_opening_m is not None and \
                     self._gripper_gate.due(cmd.gripper_opening_m, now_s):
                 self.gripper_pub.publish(Float64MultiArray(data=[cmd.gripper_opening_m]))
@@ -284,6 +286,7 @@ class PdTrackerNode(Node):
             "period_error_ms_max": f"{self.period_error_ms.max():.4f}",
             "tick_ms_p50": f"{self.tick_ms.percentile(50):.4f}",
             "tick_ms_p99": f"{self.tick_ms.percentile(99):.4f}",
+            "efforts_sent": str(self._efforts_sent),
             "skipped_deadlines": str(self.loop.skipped_deadlines if self.loop else 0),
             "chunks_accepted": str(info["chunks_accepted"]),
             **{f"chunks_rejected_{r}": str(n) for r, n in info["chunks_rejected"].items()},

@@ -260,14 +260,15 @@ def test_sim_node_streams_obeys_commands_and_resets(ros, sim_node):
     assert h.value("commands_stale") == "true", "rejected commands must not refresh the watchdog"
     assert sim_node.alive(), log()
     assert "rejected arm command (wrong_length)" in log()
-    # A flood of one bad command is counted in full but logged at most once per 2 s.
+    # A flood of one bad command is counted but logged at most once per 2 s. The command
+    # queue is best effort, depth 1: a starved sim sees only the newest of a burst, so the
+    # flood goes on until ten more have been taken and counted.
     key, line = "rejected_effort_wrong_length", "rejected arm command (wrong_length)"
     before, lines_before, t0 = int(h.value(key)), log().count(line), time.monotonic()
-    for _ in range(20):
+    while int(h.value(key)) < before + 10:
+        assert time.monotonic() - t0 < 20.0, f"flood counted: {h.diagnostics()}"
         h.effort([1.0, 2.0, 3.0])
         ros.spin_for(0.01)
-    ros.spin_until(lambda: int(h.value(key)) >= before + 10, 5.0,
-                   lambda: f"flood counted: {h.diagnostics()}")
     assert log().count(line) - lines_before <= 1 + (time.monotonic() - t0) / 2.0, log()
 
     # ~/reset: next seed, new instruction (latched), episode time restarts, arm back home.
