@@ -74,7 +74,8 @@ class RgbdSyncConfig:
     sensor_qos_reliability: str = param(
         "reliable", "QoS reliability of the camera subscriptions (a reliable subscription "
         "cannot match a best-effort publisher)", choices=("reliable", "best_effort"))
-    diagnostics_period_s: float = param(1.0, "Period of /diagnostics (s)", low=0.05, high=60.0)
+    diagnostics_period_s: float = param(1.0, "Period of /diagnostics (wall clock, s)",
+                                        low=0.05, high=60.0)
 
     def validate(self) -> None:
         if self.min_depth_m >= self.max_depth_m:

@@ -28,6 +28,7 @@ import threading
 import time
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
@@ -145,7 +146,10 @@ class PdTrackerNode(Node):
         if source == "auto":
             source = "joint_states" if self.get_parameter("use_sim_time").value else "timer"
         self.tick_on_joint_states = source == "joint_states"
-        self.create_timer(1.0, self._publish_diagnostics)
+        # On the steady clock, as every node here: a paused or slow sim-time clock must
+        # not silence a node's health report.
+        self.create_timer(1.0, self._publish_diagnostics,
+                          clock=Clock(clock_type=ClockType.STEADY_TIME))
         self._reference = JointState(name=list(cfg.joint_names))
         if self.tick_on_joint_states:
             problem = request_fifo_priority(cfg.realtime_priority)

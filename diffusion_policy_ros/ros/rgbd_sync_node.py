@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import CameraInfo, Image, PointCloud2
@@ -65,7 +66,10 @@ class RgbdSyncNode(Node):
                                                 QoSProfile(depth=2))
         self.cloud_pub = self.create_publisher(PointCloud2, "camera/points", QoSProfile(depth=1))
         self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", QoSProfile(depth=10))
-        self.create_timer(cfg.diagnostics_period_s, self._publish_diagnostics)
+        # On the steady clock, as every node here: a paused or slow sim-time clock must
+        # not silence a node's health report.
+        self.create_timer(cfg.diagnostics_period_s, self._publish_diagnostics,
+                          clock=Clock(clock_type=ClockType.STEADY_TIME))
         self.get_logger().info(
             f"rgbd_sync_node ready: {cfg.num_points} points in {cfg.base_frame}, image "
             f"{cfg.image_size[0]}x{cfg.image_size[1]}, max skew {cfg.max_skew_s * 1e3:.1f} ms")

@@ -4,7 +4,9 @@ Thin adapter around ``sim.SimulationRuntime``: applies ``arm_controller/commands
 (6 efforts, N m) and ``gripper_controller/commands`` ([opening m]) to the physics,
 publishes ``joint_states``, the camera topics of the Azure Kinect driver, the
 episode's ``instruction`` and state (``sim/episode``, ``/diagnostics``) and, with
-``publish_clock``, ``/clock``. ``~/reset`` (std_srvs/Trigger) starts the next episode.
+``publish_clock``, ``/clock``. ``~/reset`` (std_srvs/Trigger) starts the next episode;
+``~/pause`` (std_srvs/SetBool) holds or resumes the physics, the camera and ``/clock``
+(``start_paused`` holds them from start-up).
 
 Instructions. The episode is scored against the object a person's instruction names
 (``SimulationRuntime.follow_instruction``, the task generator's grammar), not only
@@ -83,7 +85,7 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock as ClockMsg
 from sensor_msgs.msg import CameraInfo, Image, JointState
 from std_msgs.msg import Float64MultiArray, Header, String
-from std_srvs.srv import Trigger
+from std_srvs.srv import SetBool, Trigger
 
 from diffusion_policy_ros.control import PdTrackerConfig
 from diffusion_policy_ros.control.publish_gates import RateGate
@@ -207,6 +209,7 @@ class SimNode(Node):
         self.lockstep = LockstepHandshake(cfg.lockstep_timeout_s, cfg.lockstep_resend_s)
         self._lockstep_log = ThrottledReasons(period_s=2.0)
         self._last_joint_state: JointState | None = None
+        self._paused = cfg.start_paused
 
         self._steady = Clock(clock_type=ClockType.STEADY_TIME)
         sensor_qos = QoSProfile(depth=5)
@@ -234,6 +237,7 @@ class SimNode(Node):
                                  event_callbacks=quiet)
         self.create_subscription(String, "policy/instruction", self._on_instruction, latched)
         self.create_service(Trigger, "~/reset", self._on_reset)
+        self.create_service(SetBool, "~/pause", self._on_pause)
 
         # The loop thread must get the GIL back soon after a command arrives, even while
         # the render thread runs Python (Python's default switch interval is 5 ms).
@@ -339,6 +343,18 @@ class SimNode(Node):
                             f"{state.instruction}")
         return response
 
+    def _on_pause(self, request: SetBool.Request, response: SetBool.Response):
+        if request.data != self._paused:
+            self._paused = request.data
+            # Pacing and the rate window restart: the paused wall time is neither stepped
+            # afterwards nor reported as a real-time shortfall.
+            self._last_wall, self._debt_s = None, 0.0
+            self._window = (time.monotonic(), self.sim_time_s())
+            self.get_logger().info("paused" if self._paused else "resumed")
+        response.success = True
+        response.message = "paused" if self._paused else "running"
+        return response
+
     def _publish_episode(self, state: TaskState) -> None:
         report = episode_report(state, self._episode, self.runtime.episode_seed,
                                 self.sim_time_s(), self.runtime.scene.object_names)
@@ -378,7 +394,7 @@ class SimNode(Node):
             self.get_logger().debug("arm commands resumed")
         if verdict is CommandVerdict.RESUMED:
             self.get_logger().info("arm commands returned: lockstep resumed")
-        elif verdict is CommandVerdict.ANSWER:
+        elif verdict is CommandVerdict.ANSWER and not self._paused:
             self._step_lockstep()
 
     def _on_gripper(self, msg: Float64MultiArray) -> None:
@@ -417,6 +433,8 @@ class SimNode(Node):
                 and self.count_publishers("arm_controller/commands") > 0)
 
     def _loop(self) -> None:
+        if self._paused:
+            return
         wall = time.monotonic()
         if self._last_wall is None:
             self._last_wall = wall
@@ -538,7 +556,9 @@ class SimNode(Node):
         if rtf < 0.9 * cfg.real_time_factor:
             problems.append(f"real-time factor {rtf:.2f}, below {cfg.real_time_factor:g}")
         status = DiagnosticStatus(name=f"{self.get_name()}: simulation", hardware_id="sim")
-        if problems:
+        if self._paused:
+            status.level, status.message = DiagnosticStatus.OK, "paused (~/pause resumes)"
+        elif problems:
             status.level, status.message = DiagnosticStatus.WARN, "; ".join(problems)
         elif self._last_command_s is None:
             status.level, status.message = DiagnosticStatus.OK, "no arm commands yet: holding"
@@ -551,6 +571,7 @@ class SimNode(Node):
             "episode_time_s": f"{self.runtime.time_s:.4f}",
             "real_time_factor": f"{rtf:.3f}",
             "real_time_factor_target": f"{cfg.real_time_factor:g}",
+            "paused": str(self._paused).lower(),
             **{f"{name}_rate_hz": f"{r:.1f}" for name, r in rates.items()},
             "steps_total": str(self.steps_total),
             "steps_dropped": str(self.steps_dropped),

@@ -83,6 +83,11 @@ class SimConfig:
                                      "commands return. Short, because one effort held over a "
                                      "stall accelerates a light wrist past any safe speed (s)",
                                      low=0.004, high=10.0)
+    start_paused: bool = param(False, "sim_node: hold the physics, the camera and /clock "
+                               "from start-up until ~/pause is called with data false (dpr "
+                               "bringup resumes once policy_node is active, so the machine "
+                               "spends the policy's start-up on it, not on an episode no "
+                               "policy acts in)")
     auto_reset: bool = param(False, "sim_node: start the next episode (next seed) as soon as "
                              "one ends; false: keep simulating until ~/reset is called")
     max_catchup_s: float = param(0.008, "sim_node: most sim time one loop callback steps to "

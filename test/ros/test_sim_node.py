@@ -11,7 +11,7 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import CameraInfo, Image, JointState
 from std_msgs.msg import Float64MultiArray, MultiArrayDimension, String
-from std_srvs.srv import Trigger
+from std_srvs.srv import SetBool, Trigger
 
 from diffusion_policy_ros.config import CONFIG_DIR, load_config
 from diffusion_policy_ros.perception.pipeline import RgbdObservationPipeline, RgbdSyncConfig
@@ -308,8 +308,20 @@ def test_sim_clock_runs_at_real_time_factor_and_episodes_auto_reset(ros, start_n
     node = start_node("diffusion_policy_ros.ros.sim_node", SIM_PARAMS + [
         "-p", "use_sim_time:=true", "-p", "publish_clock:=true", "-p", "real_time_factor:=2.0",
         "-p", "resolution:=[320, 180]", "-p", "time_limit_s:=1.0", "-p", "auto_reset:=true",
-        "-p", "diagnostics_period_s:=0.5", "-p", "lockstep:=false"])
+        "-p", "diagnostics_period_s:=0.5", "-p", "lockstep:=false", "-p", "start_paused:=true"])
     h = SimHarness(ros)
+
+    # start_paused: no step, no state, no frame and no /clock until ~/pause false.
+    ros.spin_until(lambda: h.value("paused") == "true", 30.0,
+                   lambda: f"a paused sim: {h.diagnostics()}\n{node.log()}")
+    counts = (len(h.joint_states), len(h.clock), len(h.frame_wall_s))
+    ros.spin_for(0.5)
+    assert (len(h.joint_states), len(h.clock), len(h.frame_wall_s)) == counts
+    assert h.value("steps_total") == "0" and h.value("episode_time_s") == "0.0000"
+    assert h.diagnostics()[0] == DiagnosticStatus.OK and "paused" in h.diagnostics()[1]
+    client = ros.node.create_client(SetBool, "sim_node/pause")
+    response = ros.call_idempotent(client, SetBool.Request(data=False), what="~/pause")
+    assert response.success and response.message == "running"
     ros.spin_until(lambda: len(h.clock) > 10 and len(h.joint_states) > 10, 30.0,
                    lambda: "/clock:\n" + node.log())
 

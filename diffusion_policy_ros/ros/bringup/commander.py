@@ -32,7 +32,7 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, QoSProfile
 from std_msgs.msg import String
-from std_srvs.srv import Trigger
+from std_srvs.srv import SetBool, Trigger
 from trajectory_msgs.msg import JointTrajectory
 
 from diffusion_policy_ros.ros.bringup.statistics import OUTCOMES, finite_or_none, percentiles
@@ -95,6 +95,7 @@ class GraspCommander:
         self.node.create_subscription(String, "sim/episode", self._on_episode, _LATCHED)
         self.instruction_pub = self.node.create_publisher(String, "instruction", _LATCHED)
         self.reset_client = self.node.create_client(Trigger, "sim_node/reset")
+        self.pause_client = self.node.create_client(SetBool, "sim_node/pause")
         self.recorder = None
         if record_media:
             from diffusion_policy_ros.ros.episode_recorder import EpisodeMediaRecorder
@@ -176,15 +177,23 @@ class GraspCommander:
         A policy that failed its configure transition raises CommanderStopped."""
 
         def ready() -> bool:
-            policy = self.diagnostics.get("policy_node", {})
-            if policy.get("state") == "unconfigured" and self.diag_errors.get("policy_node"):
-                raise CommanderStopped("policy_node could not be configured: "
-                                       f"{self.diag_messages['policy_node']}")
             return all(n in self.diagnostics for n in nodes) \
-                and policy.get("state") == "active" and bool(self.chunks)
+                and self._policy_state() == "active" and bool(self.chunks)
 
         self.ready = self.spin_until(ready, timeout_s)
         return self.ready
+
+    def wait_until_policy_active(self, timeout_s: float = 180.0) -> bool:
+        """policy_node reports ``active`` (loaded and warmed up); False after ``timeout_s``.
+        A policy that failed its configure transition raises CommanderStopped."""
+        return self.spin_until(lambda: self._policy_state() == "active", timeout_s)
+
+    def _policy_state(self) -> str:
+        policy = self.diagnostics.get("policy_node", {})
+        if policy.get("state") == "unconfigured" and self.diag_errors.get("policy_node"):
+            raise CommanderStopped("policy_node could not be configured: "
+                                   f"{self.diag_messages['policy_node']}")
+        return policy.get("state", "")
 
     def not_ready_reason(self, nodes=GRAPH_NODES) -> str:
         missing = [n for n in nodes if n not in self.diagnostics]
@@ -211,6 +220,22 @@ class GraspCommander:
             raise CommanderStopped(f"sim_node/reset failed: {response.message}")
         match = re.match(r"episode (\d+)", response.message)
         return int(match.group(1)) if match else known + 1
+
+    def set_sim_paused(self, paused: bool, timeout_s: float = 30.0) -> None:
+        """Hold (True) or resume (False) the simulation: ``sim_node/pause``
+        (std_srvs/SetBool). Asked again while unanswered (it may be repeated safely: a
+        Fast DDS service can drop the response to a client it has not matched yet)."""
+        if not self.spin_until(self.pause_client.service_is_ready, timeout_s):
+            raise CommanderStopped("service sim_node/pause not available")
+        deadline = time.monotonic() + timeout_s
+        while True:
+            future = self.pause_client.call_async(SetBool.Request(data=paused))
+            if self.spin_until(future.done, min(5.0, max(0.0, deadline - time.monotonic()))):
+                return
+            self.pause_client.remove_pending_request(future)
+            if time.monotonic() > deadline:
+                raise CommanderStopped(f"sim_node/pause did not answer within "
+                                       f"{timeout_s:.0f} s")
 
     def episode_report(self, number: int, timeout_s: float = 30.0) -> dict:
         """The latest ``sim/episode`` report of episode ``number`` (waits for the first)."""

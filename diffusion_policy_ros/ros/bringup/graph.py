@@ -59,8 +59,11 @@ def node_specs(opts: Options, checkpoint: str, rviz_dir: Path | None = None) -> 
     ``auto_reset:=false`` (only the commander's resets start episodes); with
     ``--instruction`` or ``--switch-after`` with ``publish_instruction:=false``
     (two latched publishers on ``instruction`` would race after each reset);
-    ``--seed S`` sets ``seed:=S-1``: sim_node's start-up episode, which runs while
-    the policy loads and is not counted, takes S-1, so the measured episodes use
+    With ``--use-sim-time`` sim_node starts paused (``start_paused:=true``; time stops
+    for every node) and the runner resumes it once policy_node is active, so the
+    policy's load and warm-up get the machine.
+    ``--seed S`` sets ``seed:=S-1``: sim_node's start-up episode, which runs until
+    the first chunks flow and is not counted, takes S-1, so the measured episodes use
     S, S+1, ... like ``dpr eval --seed S``. ``--rviz`` adds robot_state_publisher
     (URDF params file written to ``rviz_dir``) and rviz2 with config/grasp.rviz.
     """
@@ -68,6 +71,8 @@ def node_specs(opts: Options, checkpoint: str, rviz_dir: Path | None = None) -> 
     common = ["-r", f"__ns:=/{opts.namespace.strip('/')}"] if opts.namespace.strip("/") else []
     common += ["-p", f"use_sim_time:={sim_time}"]
     sim_args = ["-p", f"publish_clock:={sim_time}"]
+    if opts.use_sim_time:
+        sim_args += ["-p", "start_paused:=true"]
     if opts.episodes is not None:
         sim_args += ["-p", "auto_reset:=false"]
     if opts.instruction is not None or opts.switch_after_s is not None:

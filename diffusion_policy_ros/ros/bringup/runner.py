@@ -61,6 +61,23 @@ def _wait_ready(commander, nodes: list[str], timeout_s: float, required: bool) -
     print(f"ready after {time.monotonic() - t0:.1f} s: chunks flowing", flush=True)
 
 
+def _resume_sim_once_the_policy_is_active(commander, timeout_s: float,
+                                          required: bool) -> None:
+    """sim_node starts paused on sim time (``node_specs``): resumed once policy_node is
+    active. Not ``required``: a policy still loading after ``timeout_s`` is reported and
+    the simulation resumed anyway."""
+    from diffusion_policy_ros.ros.bringup.commander import CommanderStopped
+
+    print("simulation paused while policy_node loads and warms up ...", flush=True)
+    if not commander.wait_until_policy_active(timeout_s):
+        problem = (f"policy_node not active after {timeout_s:.0f} s: "
+                   f"{commander.not_ready_reason(['policy_node'])}")
+        if required:
+            raise CommanderStopped(problem)
+        print(f"warning: {problem}; resuming the simulation anyway", flush=True)
+    commander.set_sim_paused(False)
+
+
 def _run_episodes(commander, opts: Options, records: list[dict]) -> None:
     wall_limit_s = commander.episode_wall_limit_s()
     for index in range(opts.episodes):
@@ -144,6 +161,9 @@ def run(opts: Options) -> int:
             commander.instruct(opts.instruction)
         if opts.switch_after_s is not None:
             _give_startup_episode_its_instruction(commander, opts.ready_timeout_s)
+        if opts.sim and opts.use_sim_time:
+            _resume_sim_once_the_policy_is_active(commander, opts.ready_timeout_s,
+                                                  required=opts.episodes is not None)
         _wait_ready(commander, [s.name for s in specs if s.ours], opts.ready_timeout_s,
                     required=opts.episodes is not None)
         if opts.episodes is None:

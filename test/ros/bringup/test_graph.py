@@ -32,6 +32,7 @@ def test_nodes_match_the_launch_file(tmp_path):
         assert pair in policy
     assert "publish_clock:=false" in _args(specs, "sim_node")
     assert "auto_reset:=false" not in _args(specs, "sim_node")  # run-forever: as launched
+    assert "start_paused:=true" not in _args(specs, "sim_node")  # wall clock: never held
 
 
 def test_episode_options_shape_the_sim_and_overrides_come_last(tmp_path):
@@ -58,6 +59,8 @@ def test_namespace_sim_time_and_rviz_as_the_launch_arguments(tmp_path):
         assert args[args.index("-r") + 1] == "__ns:=/arm_left"
         assert "use_sim_time:=true" in args
     assert "publish_clock:=true" in _args(specs, "sim_node")
+    # Time stops for every node until the runner sees policy_node active.
+    assert "start_paused:=true" in _args(specs, "sim_node")
     rviz = specs[-1].command()
     assert rviz[:4] == ["ros2", "run", "rviz2", "rviz2"]
     assert rviz[rviz.index("-d") + 1] == str(CONFIG_DIR / "grasp.rviz")
