@@ -209,13 +209,8 @@ class GraspCommander:
 
     def reset_episode(self, timeout_s: float = 30.0) -> int:
         """Start the next episode (``sim_node/reset``); returns its number."""
-        if not self.spin_until(self.reset_client.service_is_ready, timeout_s):
-            raise CommanderStopped("service sim_node/reset not available")
         known = max(self.episodes, default=0)
-        future = self.reset_client.call_async(Trigger.Request())
-        if not self.spin_until(future.done, timeout_s):
-            raise CommanderStopped(f"sim_node/reset did not answer within {timeout_s:.0f} s")
-        response = future.result()
+        response = self._call(self.reset_client, Trigger.Request(), timeout_s)
         if not response.success:
             raise CommanderStopped(f"sim_node/reset failed: {response.message}")
         match = re.match(r"episode (\d+)", response.message)
@@ -223,18 +218,26 @@ class GraspCommander:
 
     def set_sim_paused(self, paused: bool, timeout_s: float = 30.0) -> None:
         """Hold (True) or resume (False) the simulation: ``sim_node/pause``
-        (std_srvs/SetBool). Asked again while unanswered (it may be repeated safely: a
-        Fast DDS service can drop the response to a client it has not matched yet)."""
-        if not self.spin_until(self.pause_client.service_is_ready, timeout_s):
-            raise CommanderStopped("service sim_node/pause not available")
+        (std_srvs/SetBool)."""
+        self._call(self.pause_client, SetBool.Request(data=paused), timeout_s, repeat=True)
+
+    def _call(self, client, request, timeout_s: float, repeat: bool = False):
+        """The service's response to ``request``; CommanderStopped when the service is
+        not there or does not answer within ``timeout_s``. ``repeat``: asked again every
+        5 s while unanswered, for a request that may be repeated safely (a Fast DDS
+        service can drop the response to a client it has not matched yet); a reset
+        must not be."""
+        if not self.spin_until(client.service_is_ready, timeout_s):
+            raise CommanderStopped(f"service {client.srv_name} not available")
         deadline = time.monotonic() + timeout_s
         while True:
-            future = self.pause_client.call_async(SetBool.Request(data=paused))
-            if self.spin_until(future.done, min(5.0, max(0.0, deadline - time.monotonic()))):
-                return
-            self.pause_client.remove_pending_request(future)
-            if time.monotonic() > deadline:
-                raise CommanderStopped(f"sim_node/pause did not answer within "
+            future = client.call_async(request)
+            wait_s = max(0.0, deadline - time.monotonic())
+            if self.spin_until(future.done, min(5.0, wait_s) if repeat else wait_s):
+                return future.result()
+            client.remove_pending_request(future)
+            if not repeat or time.monotonic() > deadline:
+                raise CommanderStopped(f"{client.srv_name} did not answer within "
                                        f"{timeout_s:.0f} s")
 
     def episode_report(self, number: int, timeout_s: float = 30.0) -> dict:
