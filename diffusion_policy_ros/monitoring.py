@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import os
 
 import numpy as np
 
@@ -78,3 +79,27 @@ class ThrottledReasons:
             self._last_log[reason] = now_s
             return True
         return False
+
+
+def process_cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds a process (all its threads) has used, from Linux /proc;
+    None where there is no /proc or the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_per_sim_second(before: dict[str, float | None], after: dict[str, float | None],
+                       sim_s: float) -> dict[str, float] | None:
+    """Core-seconds each process used per second of sim time between two ``process_cpu_s``
+    snapshots, with their ``total``; None without sim time or readings."""
+    used = {name: after[name] - before[name] for name in before
+            if before[name] is not None and after.get(name) is not None}
+    if sim_s <= 0 or not used:
+        return None
+    per = {name: round(cpu / sim_s, 3) for name, cpu in used.items()}
+    per["total"] = round(sum(used.values()) / sim_s, 3)
+    return per

@@ -2,7 +2,13 @@
 
 import pytest
 
-from diffusion_policy_ros.monitoring import RateMeter, RollingStats, ThrottledReasons
+from diffusion_policy_ros.monitoring import (
+    RateMeter,
+    RollingStats,
+    ThrottledReasons,
+    cpu_per_sim_second,
+    process_cpu_s,
+)
 
 
 def test_throttled_reasons_count_everything_and_log_each_reason_once_per_period():
@@ -40,3 +46,24 @@ def test_rolling_stats_keep_the_last_window():
         stats.add(v)
     assert len(stats) == 4 and stats.max() == 4.0
     assert stats.percentile(50) == pytest.approx(2.5)
+
+
+def test_process_cpu_is_read_from_proc_and_grows_with_work():
+    import os
+    import time
+
+    before = process_cpu_s(os.getpid())
+    end = time.process_time() + 0.2
+    while time.process_time() < end:
+        pass
+    assert process_cpu_s(os.getpid()) >= before + 0.15
+    assert process_cpu_s(2**22 + 1) is None  # above Linux's pid_max: no such process
+
+
+def test_cpu_per_sim_second_skips_processes_without_readings():
+    before = {"sim_node": 10.0, "policy_node": 5.0, "gone": None}
+    after = {"sim_node": 16.0, "policy_node": 8.0, "gone": 3.0}
+    assert cpu_per_sim_second(before, after, 4.0) == {"sim_node": 1.5, "policy_node": 0.75,
+                                                      "total": 2.25}
+    assert cpu_per_sim_second(before, after, 0.0) is None
+    assert cpu_per_sim_second({"a": None}, {"a": 1.0}, 1.0) is None

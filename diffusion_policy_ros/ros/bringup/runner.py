@@ -4,7 +4,8 @@ Without ``--episodes`` the graph runs until Ctrl-C / SIGTERM, printing a status 
 every 10 s. With ``--episodes N`` (simulation only) a ``GraspCommander`` waits until
 chunks flow, then runs N episodes (``GraspCommander.run_episode``: reset, the
 instruction, the end on ``sim/episode``) and the run prints success and wrong-object
-rates, chunk latency and tracker jitter (``statistics``). ``--out DIR`` writes
+rates, chunk latency, tracker jitter and the CPU each process used per second of
+sim time over the episodes (``statistics``; Linux ``/proc``). ``--out DIR`` writes
 ``DIR/bringup_summary.json``, the node logs to ``DIR/logs/`` and, with
 ``--episodes``, per episode ``episode_<seed>.gif`` (camera view with the predicted
 end-effector path) and ``episode_<seed>.png`` (joint references vs measured, chunk
@@ -36,6 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from diffusion_policy_ros.monitoring import cpu_per_sim_second, process_cpu_s
 from diffusion_policy_ros.ros.bringup.graph import node_specs
 from diffusion_policy_ros.ros.bringup.options import BringupError, Options, validate
 from diffusion_policy_ros.ros.bringup.statistics import format_summary, percentiles, summarize
@@ -78,8 +80,21 @@ def _resume_sim_once_the_policy_is_active(commander, timeout_s: float,
     commander.set_sim_paused(False)
 
 
-def _run_episodes(commander, opts: Options, records: list[dict]) -> None:
+def _cpu_snapshot(processes, commander) -> tuple[dict[str, float | None], float]:
+    """CPU seconds used so far by each node process and by this one (the commander and
+    the episode recorder), and the time on this node's clock (sim time with
+    ``--use-sim-time``)."""
+    cpu = {**{name: process_cpu_s(pid) for name, pid in processes.pids().items()},
+           "dpr_bringup": time.process_time()}
+    return cpu, commander.node.get_clock().now().nanoseconds * 1e-9
+
+
+def _run_episodes(commander, opts: Options, records: list[dict], processes,
+                  cpu: dict) -> None:
+    """Run the episodes; ``cpu`` gets the graph's CPU per sim second over them (resets and
+    the recorder's writing included)."""
     wall_limit_s = commander.episode_wall_limit_s()
+    cpu_before, clock_before_s = _cpu_snapshot(processes, commander)
     for index in range(opts.episodes):
         record = {"index": index, **commander.run_episode(
             opts.instruction, opts.switch_after_s, wall_limit_s,
@@ -92,6 +107,8 @@ def _run_episodes(commander, opts: Options, records: list[dict]) -> None:
               f"{told} -> {record['target']}): {record['status']} after "
               f"{record['elapsed_s']:.2f} s sim, {record['wall_s']:.1f} s wall, "
               f"{record['chunks']} chunks", flush=True)
+    cpu_after, clock_after_s = _cpu_snapshot(processes, commander)
+    cpu.update(cpu_per_sim_second(cpu_before, cpu_after, clock_after_s - clock_before_s) or {})
 
 
 def _give_startup_episode_its_instruction(commander, timeout_s: float) -> None:
@@ -141,6 +158,7 @@ def run(opts: Options) -> int:
         signal.Signals(signum).name)) for sig in (signal.SIGINT, signal.SIGTERM)}
     commander = None
     records: list[dict] = []
+    cpu: dict[str, float] = {}
     aborted = ""
     started = time.monotonic()
     import rclpy
@@ -170,7 +188,7 @@ def run(opts: Options) -> int:
             print("running; Ctrl-C or SIGTERM stops all nodes", flush=True)
             _run_forever(commander)
         else:
-            _run_episodes(commander, opts, records)
+            _run_episodes(commander, opts, records, processes, cpu)
             commander.fresh_diagnostics(["policy_node", "pd_tracker_node"])
     except CommanderStopped as exc:
         aborted = str(exc)
@@ -202,6 +220,7 @@ def run(opts: Options) -> int:
         "episodes_requested": opts.episodes,
         **summarize(records, [ms for _, ms in snapshot["chunks"]], snapshot["diagnostics"],
                     round(max(p99s), 4) if p99s else None),
+        "cpu_core_s_per_sim_s": cpu or None,
         "episodes": records,
         "aborted": aborted or None,
         "wall_s": round(time.monotonic() - started, 1),

@@ -122,6 +122,10 @@ def format_summary(summary: dict) -> str:
     if safety:
         loop += "; tracker " + ", ".join(f"{k} {v}" for k, v in safety.items())
     lines.append(f"{loop}; sim real-time factor {f(summary['sim_real_time_factor'], '.2f')}")
+    cpu = summary.get("cpu_core_s_per_sim_s")
+    if cpu:
+        lines.append("CPU over the episodes, core-seconds per sim second: " + ", ".join(
+            f"{name} {value:.2f}" for name, value in cpu.items()))
     errors = summary.get("diagnostics_errors") or {}
     lines.append("ERROR on /diagnostics after start-up: " + ("none" if not errors else "; ".join(
         f"{node} x{e['count']} ({' | '.join(e['messages'])})" for node, e in errors.items())))

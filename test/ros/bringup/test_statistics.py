@@ -37,3 +37,11 @@ def test_the_real_time_factor_is_the_episodes_sim_over_wall_time():
     assert s["sim_real_time_factor_last_window"] == 0.34
     assert summarize([{"status": "success"}], [], diagnostics, None)[
         "sim_real_time_factor"] == 0.34  # no wall times (the graph ran without --episodes)
+
+
+def test_the_cpu_line_names_each_process_per_sim_second():
+    summary = {**summarize([], [], {}, None),
+               "cpu_core_s_per_sim_s": {"sim_node": 1.18, "policy_node": 0.41, "total": 1.59}}
+    assert ("CPU over the episodes, core-seconds per sim second: sim_node 1.18, "
+            "policy_node 0.41, total 1.59") in format_summary(summary)
+    assert "CPU over" not in format_summary({**summary, "cpu_core_s_per_sim_s": None})
