@@ -9,8 +9,10 @@ Thin adapter: subscriptions on a node that someone else spins, feeding
 clock). Every time is a header stamp, so the plot's time axis is the
 episode's own (sim time with ``use_sim_time``). The path is projected with
 ``camera_to_base`` from ``config/rgbd_sync.yaml`` (what ``rgbd_sync_node``
-runs with). Costs one decode of each kept image and the joint_states
-callbacks: only created with ``--out``.
+runs with). ``joint_states`` (500 Hz) is polled, its newest message taken at
+each 50 Hz plot sample, so the executor does not wake for every message
+(``ros.polled``). Costs one decode of each kept image: only created with
+``--out``.
 """
 
 from __future__ import annotations
@@ -28,11 +30,14 @@ from diffusion_policy_ros.config import CONFIG_DIR
 from diffusion_policy_ros.perception.image_decoding import FrameRejected, decode_color
 from diffusion_policy_ros.perception.pipeline import RgbdSyncConfig
 from diffusion_policy_ros.ros.conversions import camera_model, raw_image, stamp_to_ns
+from diffusion_policy_ros.ros.polled import PolledSubscription
 from diffusion_policy_ros.sim.env import load_sync_config
 from diffusion_policy_ros.sim.scene import JOINT_NAMES
 from diffusion_policy_ros.viz.episode_media import EpisodeRecording, PathProjector
 
 PATH_MARKER_NS = "policy_ee_path"
+#: The plot's sample period of joint_states and tracker/reference (node clock).
+SIGNAL_PERIOD_S = 0.02
 
 
 def _s(stamp) -> float:
@@ -58,7 +63,10 @@ class EpisodeMediaRecorder:
                                  qos_profile_sensor_data)
         node.create_subscription(MarkerArray, "policy/markers", self._on_markers,
                                  QoSProfile(depth=5))
-        node.create_subscription(JointState, "joint_states", self._on_joint_states, best_effort)
+        self.joint_states = PolledSubscription(
+            node, JointState, "joint_states",
+            QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT))
+        node.create_timer(SIGNAL_PERIOD_S, self._take_joint_states)
         node.create_subscription(JointState, "tracker/reference", self._on_reference,
                                  best_effort)
         node.create_subscription(JointTrajectory, "policy/action_chunk", self._on_chunk,
@@ -67,7 +75,8 @@ class EpisodeMediaRecorder:
     def start(self) -> None:
         """Begin a new episode now (node clock)."""
         now_s = self.node.get_clock().now().nanoseconds * 1e-9
-        self.recording = EpisodeRecording(self.joint_names, now_s)
+        self.recording = EpisodeRecording(self.joint_names, now_s,
+                                          signal_period_s=SIGNAL_PERIOD_S)
 
     def finish(self, out_dir: str | Path, stem: str, title: str = "",
                caption: str = "") -> dict[str, str]:
@@ -118,8 +127,9 @@ class EpisodeMediaRecorder:
             closing = target is not None and target.color.r > target.color.b
             self.recording.set_path([(p.x, p.y, p.z) for p in path.points], closing)
 
-    def _on_joint_states(self, msg: JointState) -> None:
-        if self.recording is not None:
+    def _take_joint_states(self) -> None:
+        msg = self.joint_states.take_latest()
+        if msg is not None and self.recording is not None:
             q = self._positions(msg)
             if q is not None:
                 self.recording.add_measured(_s(msg.header.stamp), q)

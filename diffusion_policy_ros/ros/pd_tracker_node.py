@@ -40,6 +40,7 @@ from diffusion_policy_ros.control.chunk import RejectReason
 from diffusion_policy_ros.control.publish_gates import HeldCommandGate, RateGate
 from diffusion_policy_ros.monitoring import RollingStats, ThrottledReasons
 from diffusion_policy_ros.ros.conversions import stamp_to_ns
+from diffusion_policy_ros.ros.lean_events import LeanEventsMixin
 from diffusion_policy_ros.ros.node_main import run_node
 from diffusion_policy_ros.ros.params import declare_config
 from diffusion_policy_ros.ros.realtime import (
@@ -102,7 +103,7 @@ class JointStateCache:
         return ""
 
 
-class PdTrackerNode(Node):
+class PdTrackerNode(LeanEventsMixin, Node):
     def __init__(self, **kwargs):
         self.loop: PeriodicThread | None = None  # before anything can fail: destroy_node reads it
         super().__init__("pd_tracker_node", **kwargs)

@@ -13,7 +13,9 @@ Thin lifecycle adapter around ``policy.runner.PolicyRunner`` and
   at start-up (plain ``ros2 run``, in-process bring-up).
 
 Subscribes ``observation/image`` + ``observation/points`` (paired by exact
-stamp), ``joint_states`` and ``instruction`` (reliable; transient local for a
+stamp), ``joint_states`` (polled, ``ros.polled``: the queued states are taken
+with each observation message and before each chunk, not one executor wake-up
+per 500 Hz message) and ``instruction`` (reliable; transient local for a
 latched publisher that was there first and volatile for ``ros2 topic pub``, see
 ``ros/latched.py``) and republishes each instruction it takes on
 ``policy/instruction`` (reliable, transient local): what the policy acts on, for
@@ -89,13 +91,17 @@ from diffusion_policy_ros.ros.conversions import (
     xyzrgb_from_cloud_msg,
 )
 from diffusion_policy_ros.ros.latched import subscribe_any_durability
+from diffusion_policy_ros.ros.lean_events import LeanEventsMixin
 from diffusion_policy_ros.ros.node_main import run_node
 from diffusion_policy_ros.ros.params import declare_config
+from diffusion_policy_ros.ros.polled import PolledSubscription
 
 #: Runner stages reported on /diagnostics (``PolicyRunner.last_timings_ms`` keys).
 STAGES = ("language", "rgb_encoder", "point_encoder", "grounding", "tool_target",
           "frame_encoder", "proprio_encoder", "fusion", "denoiser_step", "sampler")
 _SUCCESS, _FAILURE = TransitionCallbackReturn.SUCCESS, TransitionCallbackReturn.FAILURE
+#: joint_states kept between two takes: 0.4 s at 500 Hz.
+JOINT_STATE_QUEUE_DEPTH = 200
 NO_INSTRUCTION = ("no instruction yet: publish one on 'instruction' (std_msgs/String), e.g. "
                   "ros2 topic pub --once --keep-alive 2 /instruction std_msgs/msg/String "
                   "\"{data: 'pick up the red cube'}\"")
@@ -106,7 +112,7 @@ def duration_msg(seconds: float) -> Duration:
     return Duration(sec=ns // 1_000_000_000, nanosec=ns % 1_000_000_000)
 
 
-class PolicyNode(LifecycleNode):
+class PolicyNode(LeanEventsMixin, LifecycleNode):
     def __init__(self, **kwargs):
         super().__init__("policy_node", **kwargs)
         self.config: PolicyNodeConfig = declare_config(self, PolicyNodeConfig)
@@ -155,8 +161,10 @@ class PolicyNode(LifecycleNode):
         self.create_subscription(Image, "observation/image", self._on_image, QoSProfile(depth=5))
         self.create_subscription(PointCloud2, "observation/points", self._on_points,
                                  QoSProfile(depth=5))
-        self.create_subscription(JointState, "joint_states", self._on_joint_states,
-                                 QoSProfile(depth=10))
+        # Takes come at least with every frame (30 Hz) and every chunk; the depth leaves
+        # room for late ones.
+        self.joint_states = PolledSubscription(self, JointState, "joint_states",
+                                               QoSProfile(depth=JOINT_STATE_QUEUE_DEPTH))
         subscribe_any_durability(self, String, "instruction", self._on_instruction)
         self.instruction_pub = self.create_publisher(String, "policy/instruction", latched)
         # Lifecycle publishers: silent unless the node is active.
@@ -309,6 +317,7 @@ class PolicyNode(LifecycleNode):
             self.get_logger().error(f"{message} [{self.input_rejects.counts[reason]} so far]")
 
     def _on_image(self, msg: Image) -> None:
+        self._take_joint_states()
         try:
             rgb = decode_color(raw_image(msg))
         except FrameRejected as exc:
@@ -317,6 +326,7 @@ class PolicyNode(LifecycleNode):
         self.history.add_image(stamp_to_ns(msg.header.stamp), rgb)
 
     def _on_points(self, msg: PointCloud2) -> None:
+        self._take_joint_states()
         try:
             points, colors = xyzrgb_from_cloud_msg(msg)
         except ValueError as exc:
@@ -324,11 +334,13 @@ class PolicyNode(LifecycleNode):
             return
         self.history.add_points(stamp_to_ns(msg.header.stamp), points, colors)
 
-    def _on_joint_states(self, msg: JointState) -> None:
-        stamp_ns = stamp_to_ns(msg.header.stamp) or self.get_clock().now().nanoseconds
-        problem = self.history.add_joint_state(stamp_ns, msg.name, msg.position)
-        if problem:
-            self._reject_input("bad_joint_states", f"ignored joint_states: {problem}")
+    def _take_joint_states(self) -> None:
+        """Move the queued joint_states into the history (on any thread; it locks)."""
+        for msg in self.joint_states.take_all():
+            stamp_ns = stamp_to_ns(msg.header.stamp) or self.get_clock().now().nanoseconds
+            problem = self.history.add_joint_state(stamp_ns, msg.name, msg.position)
+            if problem:
+                self._reject_input("bad_joint_states", f"ignored joint_states: {problem}")
 
     def _on_instruction(self, msg: String) -> None:
         text = normalize_instruction(msg.data)
@@ -403,6 +415,7 @@ class PolicyNode(LifecycleNode):
                 self.get_logger().info(f"not acting yet: {NO_INSTRUCTION}")
             return
         c = runner.config
+        self._take_joint_states()
         now_ns = self.get_clock().now().nanoseconds
         generation = self.history.generation
         selection = self.history.select(now_ns, c.n_obs_steps, c.action_dt_s,

@@ -29,13 +29,14 @@ from diffusion_policy_ros.ros.conversions import (
     stamp_to_ns,
     xyzrgb_cloud_msg,
 )
+from diffusion_policy_ros.ros.lean_events import LeanEventsMixin
 from diffusion_policy_ros.ros.node_main import run_node
 from diffusion_policy_ros.ros.params import declare_config
 
 CAMERA_TOPICS = ("camera/rgb/image_raw", "camera/depth_to_rgb/image_raw", "camera/rgb/camera_info")
 
 
-class RgbdSyncNode(Node):
+class RgbdSyncNode(LeanEventsMixin, Node):
     def __init__(self, **kwargs):
         super().__init__("rgbd_sync_node", **kwargs)
         self.config: RgbdSyncConfig = declare_config(self, RgbdSyncConfig)

@@ -91,6 +91,7 @@ from diffusion_policy_ros.control import PdTrackerConfig
 from diffusion_policy_ros.control.publish_gates import RateGate
 from diffusion_policy_ros.monitoring import RateMeter, RollingStats, ThrottledReasons
 from diffusion_policy_ros.ros.conversions import camera_info_msg, image_msg, ns_to_stamp
+from diffusion_policy_ros.ros.lean_events import LeanEventsMixin
 from diffusion_policy_ros.ros.node_main import run_node
 from diffusion_policy_ros.ros.params import declare_config
 from diffusion_policy_ros.ros.realtime import GIL_SWITCH_INTERVAL_S
@@ -162,7 +163,7 @@ def episode_report(state: TaskState, episode: int, seed: int, sim_time_s: float,
             "detail": episode_detail(state, object_names)}
 
 
-class SimNode(Node):
+class SimNode(LeanEventsMixin, Node):
     def __init__(self, **kwargs):
         super().__init__("sim_node", **kwargs)
         self.config: SimConfig = declare_config(self, SimConfig)

@@ -36,6 +36,7 @@ from std_srvs.srv import SetBool, Trigger
 from trajectory_msgs.msg import JointTrajectory
 
 from diffusion_policy_ros.ros.bringup.statistics import OUTCOMES, finite_or_none, percentiles
+from diffusion_policy_ros.ros.lean_events import LeanNode
 
 #: The package's nodes in a grasp graph (each reports on /diagnostics).
 GRAPH_NODES = ("sim_node", "rgbd_sync_node", "policy_node", "pd_tracker_node")
@@ -71,7 +72,7 @@ class GraspCommander:
             rclpy.init()
         self.stop_reason = stop_reason
         namespace = namespace.strip("/")
-        self.node = rclpy.create_node(
+        self.node = LeanNode(
             node_name, namespace=f"/{namespace}" if namespace else "",
             parameter_overrides=[Parameter("use_sim_time", value=use_sim_time)])
         self.executor = SingleThreadedExecutor()

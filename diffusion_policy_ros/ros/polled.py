@@ -1,0 +1,71 @@
+"""Subscriptions the executor never wakes for: their owner takes the messages when it needs them.
+
+rclpy's executor runs a Python wait-set rebuild and task dispatch for every
+message it delivers, whatever the callback does. On a 500 Hz topic that a node
+only reads in batches (``policy_node`` pairs joint_states with camera frames at
+30 Hz; the episode recorder keeps 50 Hz of them) that dispatch is most of the
+node's CPU, and on a 2-core machine running the whole graph it is CPU the
+simulation and the tracker need (``dpr bringup`` prints each process's CPU per
+sim second; docs/lightdp.md has the figures before and after).
+
+A ``PolledSubscription`` is an ordinary DDS reader with a KEEP_LAST queue: the
+middleware keeps the newest ``depth`` messages, and ``take_all`` / ``take_latest``
+read them in one call. It sits in a callback group the executor never runs, so
+the executor leaves it out of its wait set; for the same reason its QoS event
+handlers would never run either, so it has none (an incompatible publisher shows
+up as no messages, which the owner reports as missing or stale data).
+"""
+
+from __future__ import annotations
+
+from rclpy.callback_groups import CallbackGroup
+from rclpy.event_handler import SubscriptionEventCallbacks
+from rclpy.node import Node
+from rclpy.qos import QoSProfile
+
+
+class _NeverExecuted(CallbackGroup):
+    """A callback group whose entities the executor neither waits on nor runs."""
+
+    def can_execute(self, entity) -> bool:
+        return False
+
+    def beginning_execution(self, entity) -> bool:
+        return False
+
+    def ending_execution(self, entity) -> None:
+        pass
+
+
+def _not_called(_msg) -> None:
+    raise AssertionError("a polled subscription's callback is never run by the executor")
+
+
+class PolledSubscription:
+    """A subscription read with ``take_all`` / ``take_latest`` instead of a callback."""
+
+    def __init__(self, node: Node, msg_type, topic: str, qos: QoSProfile):
+        self.msg_type = msg_type
+        self.subscription = node.create_subscription(
+            msg_type, topic, _not_called, qos, callback_group=_NeverExecuted(),
+            event_callbacks=SubscriptionEventCallbacks(use_default_callbacks=False))
+        self.taken_total = 0
+
+    @property
+    def topic_name(self) -> str:
+        return self.subscription.topic_name
+
+    def take_all(self) -> list:
+        """Every queued message, oldest first (at most the QoS depth since the last take)."""
+        messages = []
+        handle = self.subscription.handle
+        with handle:
+            while (taken := handle.take_message(self.msg_type, False)) is not None:
+                messages.append(taken[0])
+        self.taken_total += len(messages)
+        return messages
+
+    def take_latest(self):
+        """The newest queued message (older ones are discarded), or None."""
+        messages = self.take_all()
+        return messages[-1] if messages else None
