@@ -51,10 +51,6 @@ class PolledSubscription:
             event_callbacks=SubscriptionEventCallbacks(use_default_callbacks=False))
         self.taken_total = 0
 
-    @property
-    def topic_name(self) -> str:
-        return self.subscription.topic_name
-
     def take_all(self) -> list:
         """Every queued message, oldest first (at most the QoS depth since the last take)."""
         messages = []
