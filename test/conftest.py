@@ -48,8 +48,9 @@ def tiny_checkpoint(tiny_demos, tmp_path_factory):
 def tiny_aot_student(tmp_path_factory):
     """(checkpoint, graph dir, manifest): a TINY_POLICY one-step consistency student with
     every stage the compiled graph can hold (grounding, K = 3 medoid, chunk smoothing),
-    saved and compiled by AOTInductor once for the session: the compiler is the slow part
-    (one to two minutes), so the export and policy_node tests share one package."""
+    saved and compiled by AOTInductor for one intra-op thread once for the session: the
+    compiler is the slow part (one to two minutes), so the export and policy_node tests
+    share one package."""
     pytest.importorskip("torch._inductor")
     import torch
 
@@ -57,6 +58,7 @@ def tiny_aot_student(tmp_path_factory):
     from diffusion_policy_ros.policy.configuration_diffusion import DiffusionPolicyConfig
     from diffusion_policy_ros.policy.export import export_aot
     from diffusion_policy_ros.policy.modeling_diffusion import DiffusionPolicy
+    from diffusion_policy_ros.policy.runner import default_graph_dir
 
     torch.manual_seed(0)
     config = DiffusionPolicyConfig(**{
@@ -67,8 +69,14 @@ def tiny_aot_student(tmp_path_factory):
                                  tmp_path_factory.mktemp("aot_student") / "ckpt",
                                  dataset_id="test")
     policy, meta = load_checkpoint(checkpoint)
-    manifest = export_aot(policy, checkpoint / "aot", meta["weights_sha256"])
-    return checkpoint, checkpoint / "aot", manifest
+    out = default_graph_dir(checkpoint, "aotinductor", 1)  # policy_node's num_threads
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        manifest = export_aot(policy, out, meta["weights_sha256"])
+    finally:
+        torch.set_num_threads(threads)
+    return checkpoint, out, manifest
 
 
 class ColconInstall:

@@ -32,6 +32,7 @@ from diffusion_policy_ros.policy.language import LanguageEmbedder
 from diffusion_policy_ros.policy.runner import (
     GRAPH_SUBDIRS,
     PolicyRunner,
+    default_graph_dir,
     synthetic_observation,
 )
 
@@ -194,12 +195,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"dpr bench lightdp: no checkpoint for {', '.join(missing)} (the YAML says how "
               "to make each)", flush=True)
         rows = [r for r in rows if r.label not in missing]
-    unexported = [r.label for r in rows if r.backend in GRAPH_SUBDIRS
-                  and not (_resolve(r.checkpoint) / GRAPH_SUBDIRS[r.backend]
-                           / MANIFESTS[r.backend]).exists()]
+    unexported = [r.label for r in rows if r.backend in GRAPH_SUBDIRS and not all(
+        (default_graph_dir(_resolve(r.checkpoint), r.backend, n) / MANIFESTS[r.backend]
+         ).exists() for n in args.threads)]
     if unexported:
-        print(f"dpr bench lightdp: skipping {', '.join(unexported)}: no exported graphs (dpr "
-              "export --checkpoint CKPT [--format aotinductor] writes them)", flush=True)
+        print(f"dpr bench lightdp: skipping {', '.join(unexported)}: no exported graphs for "
+              f"each of --threads {' '.join(map(str, args.threads))} (dpr export --checkpoint "
+              "CKPT [--format aotinductor --threads N] writes them)", flush=True)
         rows = [r for r in rows if r.label not in unexported]
     results = measure(rows, args.chunks, args.threads)
     machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"

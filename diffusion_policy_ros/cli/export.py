@@ -22,7 +22,7 @@ def add_parser(sub) -> None:
                         "compiled to a shared library for this CPU; needs a C++ compiler, "
                         "about a minute on 2 cores)")
     export.add_argument("--out", help="directory of the graphs (default CHECKPOINT/onnx or "
-                        "CHECKPOINT/aot)")
+                        "CHECKPOINT/aot/threads_N)")
     export.add_argument("--steps", type=int, help="sampler steps unrolled in the graph "
                         "(default: the checkpoint's)")
     export.add_argument("--samples", type=int, help="chunks per observation, medoid "
@@ -33,8 +33,12 @@ def add_parser(sub) -> None:
     export.add_argument("--check-chunks", type=int, default=20)
     export.add_argument("--if-stale", action="store_true",
                         help="do nothing when the graphs in --out already belong to this "
-                        "checkpoint, step count, K and (aotinductor) this torch and CPU")
-    export.add_argument("--threads", type=int, default=1)
+                        "checkpoint, step count, K and (aotinductor) this torch, CPU and "
+                        "--threads")
+    export.add_argument("--threads", type=int, default=1,
+                        help="torch intra-op threads; AOTInductor packages are compiled for "
+                        "this count and run only at it (policy_node's num_threads, default "
+                        "1)")
     export.set_defaults(func=run)
 
 
@@ -53,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         export_onnx,
         recorded_histories,
     )
-    from diffusion_policy_ros.policy.runner import GRAPH_SUBDIRS, PolicyRunner
+    from diffusion_policy_ros.policy.runner import PolicyRunner, default_graph_dir
     from diffusion_policy_ros.policy.runtime_backends import (
         AotInductorBackend,
         BackendError,
@@ -61,15 +65,20 @@ def run(args: argparse.Namespace) -> int:
     )
 
     backend = FORMATS[args.format]
-    out = Path(args.out) if args.out else Path(args.checkpoint) / GRAPH_SUBDIRS[backend]
+    out = Path(args.out) if args.out else default_graph_dir(args.checkpoint, backend,
+                                                            args.threads)
     policy, metadata = load_checkpoint(args.checkpoint)
     if args.if_stale:
         c = policy.config
+        settings = {"steps": args.steps or c.num_inference_steps,
+                    "num_samples": args.samples or c.num_samples,
+                    "chunk_lowpass_terms": c.chunk_lowpass_terms}
         try:
-            (AotInductorBackend if backend == "aotinductor" else OnnxRuntimeBackend)(
-                out, metadata.get("weights_sha256"), steps=args.steps or c.num_inference_steps,
-                num_samples=args.samples or c.num_samples,
-                chunk_lowpass_terms=c.chunk_lowpass_terms)
+            if backend == "aotinductor":
+                AotInductorBackend(out, metadata.get("weights_sha256"), **settings,
+                                   threads=args.threads)
+            else:
+                OnnxRuntimeBackend(out, metadata.get("weights_sha256"), **settings)
         except BackendError as exc:
             print(f"exporting: {exc}")
         else:

@@ -39,7 +39,8 @@ class PolicyNodeConfig:
         "graphs dpr export [--format aotinductor] wrote; CPU, fp32, the exported step count "
         "and K)", choices=BACKEND_CHOICES)
     graph_dir: str = param("", "Exported graphs for backend onnxruntime or aotinductor; "
-                           "empty = <checkpoint>/onnx or <checkpoint>/aot")
+                           "empty = <checkpoint>/onnx or <checkpoint>/aot/threads_<N>, N the "
+                           "threads this node runs (num_threads, or torch's default)")
     num_threads: int = param(
         1, "torch intra-op threads for the process; 0 = leave torch's default. Measured: one "
         "thread degrades gracefully when the 500 Hz tracker shares the CPU, two stall",

@@ -46,6 +46,15 @@ GRAPH_SUBDIRS = {"onnxruntime": ONNX_SUBDIR, "aotinductor": AOT_SUBDIR}
 """Where ``dpr export`` puts a checkpoint's graphs for each backend by default."""
 
 
+def default_graph_dir(checkpoint: str | Path, backend: str, threads: int) -> Path:
+    """``CHECKPOINT/onnx``, or ``CHECKPOINT/aot/threads_N`` for AOTInductor packages
+    compiled for N intra-op threads: Inductor fixes the thread count of its generated
+    loops at compile time, and a package run at another count is several times slower
+    (docs/lightdp.md), so each count has its own packages."""
+    base = Path(checkpoint) / GRAPH_SUBDIRS[backend]
+    return base / f"threads_{threads}" if backend == "aotinductor" else base
+
+
 def synthetic_observation(policy: DiffusionPolicy, rng: np.random.Generator) -> dict:
     """A random observation of the right shapes (warm-up, benchmarks)."""
     c = policy.config
@@ -104,7 +113,8 @@ class PolicyRunner:
         if backend == "aotinductor":
             self.backend = AotInductorBackend(graph_dir, weights_sha256,
                                               self.num_inference_steps, self.num_samples,
-                                              self.config.chunk_lowpass_terms)
+                                              self.config.chunk_lowpass_terms,
+                                              threads=torch.get_num_threads())
         elif backend == "onnxruntime":
             self.backend = OnnxRuntimeBackend(graph_dir, weights_sha256, self.num_inference_steps,
                                               self.num_samples, num_threads,
@@ -116,12 +126,13 @@ class PolicyRunner:
     def from_checkpoint(cls, directory: str | Path, *, joint_names: Sequence[str] | None = None,
                         **kwargs) -> PolicyRunner:
         """Load a checkpoint (checked against ``joint_names`` when given) into a runner;
-        a static-graph backend reads ``directory/onnx`` or ``directory/aot`` unless
-        ``graph_dir`` is given."""
+        a static-graph backend reads ``default_graph_dir`` (for the thread count the
+        runner will run with) unless ``graph_dir`` is given."""
         policy, metadata = load_checkpoint(directory, joint_names=joint_names)
-        subdir = GRAPH_SUBDIRS.get(kwargs.get("backend", "torch"))
-        if subdir and not kwargs.get("graph_dir"):
-            kwargs["graph_dir"] = Path(directory) / subdir
+        backend = kwargs.get("backend", "torch")
+        if backend in GRAPH_SUBDIRS and not kwargs.get("graph_dir"):
+            threads = kwargs.get("num_threads") or torch.get_num_threads()
+            kwargs["graph_dir"] = default_graph_dir(directory, backend, threads)
         return cls(policy, weights_sha256=metadata.get("weights_sha256"), **kwargs)
 
     def _check(self, observations: Sequence[Observation]) -> None:

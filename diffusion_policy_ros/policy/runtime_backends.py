@@ -174,7 +174,9 @@ class AotInductorBackend(_ExportedGraphs):
     between its operators.
 
     Refuses (``BackendError``) what ``read_manifest`` refuses, packages built by another
-    torch or for another CPU architecture, and package files whose sha256 is not the
+    torch or for another CPU architecture, packages compiled for another intra-op
+    thread count than ``threads`` (Inductor fixes it in the generated code; at another
+    count they run several times slower), and package files whose sha256 is not the
     manifest's (a partial copy or a rebuild without its manifest).
     """
 
@@ -182,7 +184,7 @@ class AotInductorBackend(_ExportedGraphs):
     graphs = "AOTInductor packages"
 
     def __init__(self, aot_dir: str | Path, weights_sha256: str | None, steps: int,
-                 num_samples: int, chunk_lowpass_terms: int = 0):
+                 num_samples: int, chunk_lowpass_terms: int = 0, *, threads: int):
         from diffusion_policy_ros.policy.export import (
             AOT_CHUNK_PACKAGE,
             AOT_FRAME_PACKAGE,
@@ -195,11 +197,17 @@ class AotInductorBackend(_ExportedGraphs):
         aot_dir = Path(aot_dir)
         manifest = read_manifest(aot_dir / AOT_MANIFEST, AOT_MANIFEST_FORMAT, weights_sha256,
                                  steps, num_samples, chunk_lowpass_terms,
-                                 "dpr export --format aotinductor --checkpoint CKPT")
+                                 f"dpr export --format aotinductor --threads {threads} "
+                                 f"--checkpoint CKPT")
         for key, here in aot_platform().items():
             if manifest.get(key) != here:
                 raise BackendError(f"{aot_dir} was compiled for {key} {manifest.get(key)!r}, "
                                    f"this machine has {here!r}: export again here")
+        if manifest.get("threads_at_export") != threads:
+            raise BackendError(f"{aot_dir} was compiled for {manifest.get('threads_at_export')} "
+                               f"intra-op thread(s), this process runs {threads}, at which "
+                               f"the packages run several times slower: dpr export --format "
+                               f"aotinductor --threads {threads}")
         packages = []
         for name in (AOT_FRAME_PACKAGE, AOT_CHUNK_PACKAGE):
             path = aot_dir / name

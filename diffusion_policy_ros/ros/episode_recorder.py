@@ -1,17 +1,17 @@
 """``dpr bringup --out``: per-episode GIF and plot from the live topics.
 
 Thin adapter: subscriptions on a node that someone else spins, feeding
-``viz.episode_media.EpisodeRecording``. Subscribes the raw colour image
-(``camera/rgb/image_raw``, thinned to 10 frames/s), ``camera/rgb/camera_info``,
-``policy/markers`` (the predicted end-effector path ``policy_node`` publishes),
-``joint_states`` and ``tracker/reference`` (thinned to 50 Hz), and
-``policy/action_chunk`` (arrival = header stamp + latency on this node's
-clock). Every time is a header stamp, so the plot's time axis is the
-episode's own (sim time with ``use_sim_time``). The path is projected with
-``camera_to_base`` from ``config/rgbd_sync.yaml`` (what ``rgbd_sync_node``
-runs with). ``joint_states`` (500 Hz) is polled, its newest message taken at
-each 50 Hz plot sample, so the executor does not wake for every message
-(``ros.polled``). Costs one decode of each kept image: only created with
+``viz.episode_media.EpisodeRecording``. Reads the raw colour image
+(``camera/rgb/image_raw``, 30 Hz), ``camera/rgb/camera_info`` and
+``policy/markers`` (the predicted end-effector path ``policy_node`` publishes) at
+the GIF's 10 frames/s, ``joint_states`` (500 Hz) and ``tracker/reference`` at the
+plot's 50 Hz, and ``policy/action_chunk`` as it arrives (arrival = header stamp +
+latency on this node's clock). All but the chunks are polled (``ros.polled``): a
+timer takes the newest message of each, so the executor does not wake, and rclpy
+does not convert a 640 x 360 image, for messages the recording would drop. Every
+time is a header stamp, so the plot's time axis is the episode's own (sim time with
+``use_sim_time``). The path is projected with ``camera_to_base`` from
+``config/rgbd_sync.yaml`` (what ``rgbd_sync_node`` runs with). Only created with
 ``--out``.
 """
 
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 from rclpy.node import Node
-from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import CameraInfo, Image, JointState
 from trajectory_msgs.msg import JointTrajectory
 from visualization_msgs.msg import MarkerArray
@@ -38,6 +38,8 @@ from diffusion_policy_ros.viz.episode_media import EpisodeRecording, PathProject
 PATH_MARKER_NS = "policy_ee_path"
 #: The plot's sample period of joint_states and tracker/reference (node clock).
 SIGNAL_PERIOD_S = 0.02
+#: The GIF's frame period (node clock).
+FRAME_PERIOD_S = 0.1
 
 
 def _s(stamp) -> float:
@@ -56,26 +58,27 @@ class EpisodeMediaRecorder:
         self.camera = None
         self.recording: EpisodeRecording | None = None
         self.decode_errors = 0
-        best_effort = QoSProfile(depth=5, reliability=ReliabilityPolicy.BEST_EFFORT)
-        node.create_subscription(Image, "camera/rgb/image_raw", self._on_image,
-                                 qos_profile_sensor_data)
-        node.create_subscription(CameraInfo, "camera/rgb/camera_info", self._on_info,
-                                 qos_profile_sensor_data)
-        node.create_subscription(MarkerArray, "policy/markers", self._on_markers,
-                                 QoSProfile(depth=5))
-        self.joint_states = PolledSubscription(
-            node, JointState, "joint_states",
-            QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT))
-        node.create_timer(SIGNAL_PERIOD_S, self._take_joint_states)
-        node.create_subscription(JointState, "tracker/reference", self._on_reference,
-                                 best_effort)
+        newest = QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT)
+        self.images = PolledSubscription(node, Image, "camera/rgb/image_raw", newest)
+        self.camera_infos = PolledSubscription(node, CameraInfo, "camera/rgb/camera_info",
+                                               newest)
+        self.markers = PolledSubscription(node, MarkerArray, "policy/markers",
+                                          QoSProfile(depth=1))
+        self.joint_states = PolledSubscription(node, JointState, "joint_states", newest)
+        self.references = PolledSubscription(node, JointState, "tracker/reference", newest)
+        node.create_timer(FRAME_PERIOD_S, self._take_frame)
+        node.create_timer(SIGNAL_PERIOD_S, self._take_signals)
         node.create_subscription(JointTrajectory, "policy/action_chunk", self._on_chunk,
                                  QoSProfile(depth=10))
 
     def start(self) -> None:
         """Begin a new episode now (node clock)."""
         now_s = self.node.get_clock().now().nanoseconds * 1e-9
+        # The newest frame at each tick is up to a camera period older than the tick, so
+        # consecutive ones can be closer than a period: half a period of slack keeps them.
         self.recording = EpisodeRecording(self.joint_names, now_s,
+                                          frame_period_s=FRAME_PERIOD_S,
+                                          frame_slack_s=FRAME_PERIOD_S / 2,
                                           signal_period_s=SIGNAL_PERIOD_S)
 
     def finish(self, out_dir: str | Path, stem: str, title: str = "",
@@ -103,9 +106,15 @@ class EpisodeMediaRecorder:
         return np.array([msg.position[index[n]] if n in index else np.nan
                          for n in self.joint_names])
 
-    def _on_image(self, msg: Image) -> None:
+    def _take_frame(self) -> None:
+        """The newest image, with the newest predicted path and camera model."""
+        if self.camera is None and (info := self.camera_infos.take_latest()) is not None:
+            self.camera = camera_model(info)
+        if (markers := self.markers.take_latest()) is not None:
+            self._set_path(markers)
+        msg = self.images.take_latest()
         rec = self.recording
-        if rec is None or not rec.wants_frame(_s(msg.header.stamp)):
+        if msg is None or rec is None or not rec.wants_frame(_s(msg.header.stamp)):
             return
         try:
             rgb = decode_color(raw_image(msg))
@@ -114,11 +123,7 @@ class EpisodeMediaRecorder:
             return
         rec.add_frame(_s(msg.header.stamp), rgb)
 
-    def _on_info(self, msg: CameraInfo) -> None:
-        if self.camera is None:
-            self.camera = camera_model(msg)
-
-    def _on_markers(self, msg: MarkerArray) -> None:
+    def _set_path(self, msg: MarkerArray) -> None:
         if self.recording is None:
             return
         path = next((m for m in msg.markers if m.ns == PATH_MARKER_NS), None)
@@ -127,18 +132,16 @@ class EpisodeMediaRecorder:
             closing = target is not None and target.color.r > target.color.b
             self.recording.set_path([(p.x, p.y, p.z) for p in path.points], closing)
 
-    def _take_joint_states(self) -> None:
-        msg = self.joint_states.take_latest()
-        if msg is not None and self.recording is not None:
-            q = self._positions(msg)
-            if q is not None:
-                self.recording.add_measured(_s(msg.header.stamp), q)
-
-    def _on_reference(self, msg: JointState) -> None:
-        if self.recording is not None:
-            q = self._positions(msg)
-            if q is not None:
-                self.recording.add_reference(_s(msg.header.stamp), q)
+    def _take_signals(self) -> None:
+        """The newest measured and reference joint positions."""
+        measured, reference = self.joint_states.take_latest(), self.references.take_latest()
+        rec = self.recording
+        if rec is None:
+            return
+        if measured is not None and (q := self._positions(measured)) is not None:
+            rec.add_measured(_s(measured.header.stamp), q)
+        if reference is not None and (q := self._positions(reference)) is not None:
+            rec.add_reference(_s(reference.header.stamp), q)
 
     def _on_chunk(self, msg: JointTrajectory) -> None:
         if self.recording is not None:

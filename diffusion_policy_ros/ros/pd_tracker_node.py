@@ -16,6 +16,9 @@ tracker under a lock. Under ``use_sim_time`` (``auto``) each ``joint_states`` me
 runs the law at its own stamp, so every command answers exactly one state, which is
 what sim_node's lockstep waits for before it steps on: the loop then stays the discrete
 system that was tuned however late the machine delivers, and only the sim's pace drops.
+That law runs on a thread of its own too (``realtime.MessageDrivenThread``, same
+priority), woken by the ``joint_states`` reader itself rather than through the
+executor, whose wake-up per message cost more CPU than the law.
 """
 
 from __future__ import annotations
@@ -43,8 +46,10 @@ from diffusion_policy_ros.ros.conversions import stamp_to_ns
 from diffusion_policy_ros.ros.lean_events import LeanEventsMixin
 from diffusion_policy_ros.ros.node_main import run_node
 from diffusion_policy_ros.ros.params import declare_config
+from diffusion_policy_ros.ros.polled import WaitedSubscription
 from diffusion_policy_ros.ros.realtime import (
     GIL_SWITCH_INTERVAL_S,
+    MessageDrivenThread,
     PeriodicThread,
     request_fifo_priority,
 )
@@ -105,7 +110,9 @@ class JointStateCache:
 
 class PdTrackerNode(LeanEventsMixin, Node):
     def __init__(self, **kwargs):
-        self.loop: PeriodicThread | None = None  # before anything can fail: destroy_node reads it
+        # Before anything can fail: destroy_node reads them.
+        self.loop: PeriodicThread | MessageDrivenThread | None = None
+        self.joint_states: WaitedSubscription | None = None
         super().__init__("pd_tracker_node", **kwargs)
         self.config: PdTrackerConfig = declare_config(self, PdTrackerConfig)
         cfg = self.config
@@ -138,33 +145,38 @@ class PdTrackerNode(LeanEventsMixin, Node):
         self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", QoSProfile(depth=10))
         self.create_subscription(JointTrajectory, "policy/action_chunk", self._on_chunk,
                                  QoSProfile(depth=2))
-        # Best effort: the law wants the newest state; and in sim_node's lockstep a state
-        # that DDS lost is published again, which a reliable reader would hold back
-        # until the lost one was repaired.
-        self.create_subscription(JointState, "joint_states", self._on_joint_states,
-                                 QoSProfile(depth=10, reliability=ReliabilityPolicy.BEST_EFFORT))
         source = cfg.tick_source
         if source == "auto":
             source = "joint_states" if self.get_parameter("use_sim_time").value else "timer"
         self.tick_on_joint_states = source == "joint_states"
+        # Best effort: the law wants the newest state; and in sim_node's lockstep a state
+        # that DDS lost is published again, which a reliable reader would hold back
+        # until the lost one was repaired.
+        state_qos = QoSProfile(depth=10, reliability=ReliabilityPolicy.BEST_EFFORT)
+        if self.tick_on_joint_states:
+            self.joint_states = WaitedSubscription(self, JointState, "joint_states", state_qos)
+        else:
+            self.create_subscription(JointState, "joint_states", self._on_joint_states,
+                                     state_qos)
         # On the steady clock, as every node here: a paused or slow sim-time clock must
         # not silence a node's health report.
         self.create_timer(1.0, self._publish_diagnostics,
                           clock=Clock(clock_type=ClockType.STEADY_TIME))
         self._reference = JointState(name=list(cfg.joint_names))
-        if self.tick_on_joint_states:
-            problem = request_fifo_priority(cfg.realtime_priority)
+        # The executor's thread one step below the loop: a callback holding the GIL is
+        # never preempted by normal-priority work while the loop waits for it.
+        request_fifo_priority(max(1, cfg.realtime_priority - 1) if cfg.realtime_priority
+                              else 0)
+        sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+        if self.joint_states is not None:
+            self.loop = MessageDrivenThread(self.joint_states, self._on_joint_states,
+                                            cfg.realtime_priority, "pd_tracker_states")
         else:
-            # The executor's thread one step below the loop: a callback holding the GIL
-            # is never preempted by normal-priority work while the loop waits for it.
-            # The loop keeps a steady clock (a ROS-clock timer on sim time would fire
-            # once per /clock batch); the timeline still reads the node's clock.
-            request_fifo_priority(max(1, cfg.realtime_priority - 1)
-                                  if cfg.realtime_priority else 0)
-            sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+            # A steady clock (a ROS-clock timer on sim time would fire once per /clock
+            # batch); the timeline still reads the node's clock.
             self.loop = PeriodicThread(self._tick, 1.0 / cfg.rate_hz, cfg.realtime_priority,
                                        "pd_tracker_loop")
-            problem = self.loop.start()
+        problem = self.loop.start()
         self.scheduling = (f"SCHED_FIFO {cfg.realtime_priority}" if not problem
                            else "normal")
         if cfg.realtime_priority and problem:
@@ -192,6 +204,8 @@ class PdTrackerNode(LeanEventsMixin, Node):
     def destroy_node(self) -> None:
         if self.loop is not None:
             self.loop.stop()
+        if self.joint_states is not None:
+            self.joint_states.destroy()
         super().destroy_node()
 
     def _on_chunk(self, msg: JointTrajectory) -> None:
@@ -292,7 +306,8 @@ class PdTrackerNode(LeanEventsMixin, Node):
             "tick_ms_p50": f"{self.tick_ms.percentile(50):.4f}",
             "tick_ms_p99": f"{self.tick_ms.percentile(99):.4f}",
             "efforts_sent": str(self._efforts_sent),
-            "skipped_deadlines": str(self.loop.skipped_deadlines if self.loop else 0),
+            "skipped_deadlines": str(self.loop.skipped_deadlines
+                                     if isinstance(self.loop, PeriodicThread) else 0),
             "chunks_accepted": str(info["chunks_accepted"]),
             **{f"chunks_rejected_{r}": str(n) for r, n in info["chunks_rejected"].items()},
             "points_dropped": str(info["points_dropped"]),

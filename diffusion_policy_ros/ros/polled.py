@@ -14,12 +14,21 @@ read them in one call. It sits in a callback group the executor never runs, so
 the executor leaves it out of its wait set; for the same reason its QoS event
 handlers would never run either, so it has none (an incompatible publisher shows
 up as no messages, which the owner reports as missing or stale data).
+
+A ``WaitedSubscription`` is a polled subscription that a thread of its own blocks
+on: a wait set holding just it and a wake-up guard condition, rebuilt per wait in a
+few microseconds, where the executor rebuilds one of every entity of the node
+(parameter services, timers, each QoS event) and dispatches through tasks and
+callback groups. ``pd_tracker_node`` runs its law that way on each ``joint_states``
+under sim time, once per 2 ms simulated step.
 """
 
 from __future__ import annotations
 
 from rclpy.callback_groups import CallbackGroup
 from rclpy.event_handler import SubscriptionEventCallbacks
+from rclpy.guard_condition import GuardCondition
+from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.node import Node
 from rclpy.qos import QoSProfile
 
@@ -65,3 +74,34 @@ class PolledSubscription:
         """The newest queued message (older ones are discarded), or None."""
         messages = self.take_all()
         return messages[-1] if messages else None
+
+
+class WaitedSubscription(PolledSubscription):
+    """A polled subscription whose owner's thread blocks in ``wait`` until a message is
+    queued, ``wake`` is called or the timeout passes; one thread waits at a time.
+
+    The wait set is rclpy's own (the C extension the executors use); the guard
+    condition is not the node's, so the executor never waits on it either.
+    """
+
+    def __init__(self, node: Node, msg_type, topic: str, qos: QoSProfile):
+        super().__init__(node, msg_type, topic, qos)
+        self._context = node.context
+        self._wake = GuardCondition(None, None, context=node.context)
+
+    def wait(self, timeout_s: float) -> None:
+        """Block until a message is queued, ``wake``, or ``timeout_s`` (then ``take_all``)."""
+        sub, wake, context = self.subscription.handle, self._wake.handle, self._context.handle
+        with sub, wake, context:
+            wait_set = _rclpy.WaitSet(1, 1, 0, 0, 0, 0, context)
+            wait_set.add_subscription(sub)
+            wait_set.add_guard_condition(wake)
+            wait_set.wait(int(timeout_s * 1e9))
+
+    def wake(self) -> None:
+        """Return a ``wait`` in progress now (for a thread that is stopping)."""
+        self._wake.trigger()
+
+    def destroy(self) -> None:
+        """Free the wake-up condition (the subscription goes with its node)."""
+        self._wake.destroy()

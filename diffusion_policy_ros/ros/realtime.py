@@ -93,3 +93,54 @@ class PeriodicThread:
                 self._step()
         except BaseException as exc:  # reported by the owner (see ``failure``)
             self.failure = exc
+
+
+class MessageDrivenThread:
+    """Calls ``on_message(msg)`` for each message of a ``WaitedSubscription``, in arrival
+    order, on a thread of its own under ``SCHED_FIFO``.
+
+    For a law that must answer every message (``pd_tracker_node`` under sim_node's
+    lockstep): the thread wakes for the message itself, with nothing between it and
+    the callback but one take, where an executor would first rebuild its wait set of
+    every entity of the node and dispatch through its task machinery.
+    """
+
+    def __init__(self, source, on_message: Callable[[object], None], priority: int,
+                 name: str, idle_wait_s: float = 0.1):
+        self._source = source
+        self._on_message = on_message
+        self.priority = priority
+        self.idle_wait_s = idle_wait_s
+        self.scheduling_problem = "not started"
+        self.failure: BaseException | None = None
+        self._stop = threading.Event()
+        self._started = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> str:
+        """Start the thread; '' when it runs under SCHED_FIFO, else why not (it runs anyway)."""
+        self._thread.start()
+        self._started.wait()
+        return self.scheduling_problem
+
+    def stop(self, timeout_s: float = 1.0) -> None:
+        self._stop.set()
+        self._source.wake()
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def _run(self) -> None:
+        self.scheduling_problem = request_fifo_priority(self.priority)
+        self._started.set()
+        try:
+            while not self._stop.is_set():
+                self._source.wait(self.idle_wait_s)
+                for msg in self._source.take_all():
+                    self._on_message(msg)
+        except BaseException as exc:  # reported by the owner (see ``failure``)
+            if not self._stop.is_set():
+                self.failure = exc

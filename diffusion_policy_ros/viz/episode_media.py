@@ -166,15 +166,18 @@ class EpisodeRecording:
 
     Times are seconds on any clock; they are shown relative to ``start_s``.
     ``frame_period_s`` thins the camera frames (the camera runs at 30 Hz, a GIF
-    at 10 frames/s is plenty and a third of the size).
+    at 10 frames/s is plenty and a third of the size); a frame is kept when it is at
+    least ``frame_period_s - frame_slack_s`` newer than the last one kept.
     """
 
     def __init__(self, joint_names: Sequence[str], start_s: float, title: str = "",
-                 frame_period_s: float = 0.1, signal_period_s: float = 0.02):
+                 frame_period_s: float = 0.1, signal_period_s: float = 0.02,
+                 frame_slack_s: float = 0.0):
         self.start_s = start_s
         self.frames: list[MediaFrame] = []
         self.trace = EpisodeTrace(list(joint_names), title=title)
         self.frame_period_s = frame_period_s
+        self.frame_slack_s = frame_slack_s
         self.signal_period_s = signal_period_s
         self._last_frame_s = -np.inf
         self._last_measured_s = -np.inf
@@ -183,7 +186,7 @@ class EpisodeRecording:
         self.closing = False
 
     def wants_frame(self, t_s: float) -> bool:
-        return t_s - self._last_frame_s >= self.frame_period_s - 1e-6
+        return t_s - self._last_frame_s >= self.frame_period_s - self.frame_slack_s - 1e-6
 
     def add_frame(self, t_s: float, image_rgb: np.ndarray, caption: str = "") -> None:
         """Keep the frame (if one is due) with the newest predicted path."""

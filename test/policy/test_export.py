@@ -102,7 +102,7 @@ def test_aotinductor_matches_torch(aot_export, language):
     assert set(manifest["packages_sha256"]) == {AOT_FRAME_PACKAGE, AOT_CHUNK_PACKAGE}
     reference = PolicyRunner(policy, device="cpu", language=language)
     candidate = PolicyRunner(policy, device="cpu", language=language, backend="aotinductor",
-                             graph_dir=out, weights_sha256=sha)
+                             graph_dir=out, weights_sha256=sha, num_threads=1)
     histories = _histories(policy)
     diff = compare_backends(reference, candidate, histories, "pick up the red cube")
     assert diff["chunks"] == 4 and diff["max_abs"] < TOLERANCE, diff
@@ -121,8 +121,12 @@ def test_aotinductor_refuses_other_weights_builds_or_damaged_packages(aot_export
 
     def runner(graph_dir=out, **kwargs):
         return PolicyRunner(policy, device="cpu", language=language, backend="aotinductor",
-                            graph_dir=graph_dir, **{"weights_sha256": sha, **kwargs})
+                            graph_dir=graph_dir,
+                            **{"weights_sha256": sha, "num_threads": 1, **kwargs})
 
+    with pytest.raises(BackendError, match="compiled for 1 intra-op thread.*runs 2.*"
+                       "--threads 2"):
+        runner(num_threads=2)
     with pytest.raises(BackendError, match="exported from other weights"):
         runner(weights_sha256="def")
     with pytest.raises(BackendError, match="num_samples 3, asked for 8"):
@@ -143,6 +147,17 @@ def test_aotinductor_refuses_other_weights_builds_or_damaged_packages(aot_export
     (copy / AOT_MANIFEST).unlink()
     with pytest.raises(BackendError, match="export the checkpoint first"):
         runner(copy)
+
+
+def test_aot_packages_are_looked_up_per_thread_count(tiny_aot_student, language):
+    checkpoint, out, manifest = tiny_aot_student
+    assert out == checkpoint / "aot" / "threads_1" and manifest["threads_at_export"] == 1
+    runner = PolicyRunner.from_checkpoint(checkpoint, device="cpu", language=language,
+                                          backend="aotinductor", num_threads=1)
+    assert runner.backend.manifest["packages_sha256"] == manifest["packages_sha256"]
+    with pytest.raises(BackendError, match="threads_2/aot.json not found.*--threads 2"):
+        PolicyRunner.from_checkpoint(checkpoint, device="cpu", language=language,
+                                     backend="aotinductor", num_threads=2)
 
 
 def test_dpr_export_if_stale_exports_once_per_checkpoint(tmp_path, capsys):

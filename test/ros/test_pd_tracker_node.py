@@ -37,6 +37,7 @@ class TrackerHarness:
         self.chunk_pub = node.create_publisher(JointTrajectory, "policy/action_chunk",
                                                QoSProfile(depth=2))
         self.publish_states = True
+        self.states_sent = 0
         self.q = list(Q0)
         self._effort_count = (0, time.monotonic())
         node.create_timer(0.004, self._publish_state)
@@ -48,6 +49,7 @@ class TrackerHarness:
                          velocity=[0.0] * 7)
         msg.header.stamp = self.ros.node.get_clock().now().to_msg()
         self.state_pub.publish(msg)
+        self.states_sent += 1
 
     def chunk(self, offset_rad=0.1, names=None, nan=False, horizon=16, stamp=None):
         names = names or ARM + ["gripper_joint"]
@@ -160,6 +162,38 @@ def test_tracker_commands_at_rate_within_limits_and_handles_faults(ros, tracker_
     assert int(h.diagnostics()[1].get("chunks_rejected_same_stamp", 0)) > 0
     assert "waiting for the first joint_states" in log and "no joint_states yet" not in log
     assert "same_stamp" not in log
+
+
+def test_ticking_on_joint_states_answers_each_state_once(ros, start_node):
+    """tick_source joint_states (sim_node's lockstep): the law runs on its own thread per
+    arriving state, never on its own; chunks reach it between ticks; bad states are
+    counted, not ticked."""
+    node = start_node("diffusion_policy_ros.ros.pd_tracker_node",
+                      ["--params-file", str(CONFIG_DIR / "pd_tracker.yaml"),
+                       "-p", "tick_source:=joint_states"])
+    h = TrackerHarness(ros)
+    ros.spin_until(lambda: h.diagnostics()[1].get("tick_source") == "joint_states"
+                   and len(h.efforts) > 10, 30.0,
+                   lambda: f"ticks on joint_states: {h.diagnostics()}\n{node.log()}")
+    for _ in range(5):
+        h.chunk(offset_rad=0.1)
+        ros.spin_for(0.1)
+    ros.spin_until(lambda: int(h.diagnostics()[1].get("chunks_accepted", 0)) >= 5
+                   and any(all(e > 0 for e in effort) for effort in h.efforts[-50:]), 10.0,
+                   lambda: f"chunks tracked: {h.diagnostics()}")
+    h.publish_states = False
+    ros.spin_until(h.efforts_settled, 10.0, "commands to stop with the states")
+    sent = int(h.fresh_diagnostics()[1]["efforts_sent"])
+    assert 0.5 * h.states_sent <= sent <= h.states_sent, (sent, h.states_sent)
+    assert h.fresh_diagnostics()[1]["efforts_sent"] == str(sent), "no tick without a state"
+    bad = JointState(name=ARM[:3], position=[0.0] * 3)
+    for _ in range(3):
+        h.state_pub.publish(bad)
+    ros.spin_until(lambda: int(h.diagnostics()[1].get("bad_joint_states", 0)) >= 1, 5.0,
+                   lambda: f"bad joint_states counted: {h.diagnostics()}")
+    assert h.diagnostics()[1]["efforts_sent"] == str(sent)
+    assert node.alive(), node.log()
+    assert "ignored joint_states: joint_states lacks" in node.log()
 
 
 @pytest.mark.parametrize("rate_hz", [1000.0])
