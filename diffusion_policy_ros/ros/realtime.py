@@ -37,80 +37,13 @@ def request_fifo_priority(priority: int) -> str:
     return ""
 
 
-class PeriodicThread:
-    """Calls ``step()`` every ``period_s`` at absolute steady-clock deadlines, on its own thread.
+class _ControlThread:
+    """A daemon thread that puts itself under ``SCHED_FIFO`` at ``priority`` and runs
+    ``_loop`` until ``stop``; an exception ends it and is kept in ``failure`` for the
+    owner to report."""
 
-    Why not an executor timer: a timer shares its thread with every callback of the
-    node, so a chunk conversion or a burst of joint_states that happens to run when
-    the deadline passes delays the tick by its whole length. Here the loop sleeps to
-    its deadline on a thread under ``SCHED_FIFO`` and needs only the GIL, which the
-    executor releases while it waits and hands over within the switch interval
-    while it runs Python (the node shortens that interval). A late wake-up never
-    makes up missed deadlines in a burst: they are skipped and counted.
-    """
-
-    def __init__(self, step: Callable[[], None], period_s: float, priority: int, name: str):
-        self._step = step
-        self.period_s = period_s
+    def __init__(self, priority: int, name: str):
         self.priority = priority
-        self.scheduling_problem = "not started"
-        self.skipped_deadlines = 0
-        self.failure: BaseException | None = None
-        self._stop = threading.Event()
-        self._started = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-
-    def start(self) -> str:
-        """Start the loop; '' when it runs under SCHED_FIFO, else why not (it runs anyway)."""
-        self._thread.start()
-        self._started.wait()
-        return self.scheduling_problem
-
-    def stop(self, timeout_s: float = 1.0) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout_s)
-
-    @property
-    def running(self) -> bool:
-        return self._thread.is_alive()
-
-    def _run(self) -> None:
-        # On Linux a scheduling policy belongs to a thread: this one alone gets it.
-        self.scheduling_problem = request_fifo_priority(self.priority)
-        self._started.set()
-        deadline_s = time.monotonic()
-        try:
-            while not self._stop.is_set():
-                deadline_s += self.period_s
-                delay_s = deadline_s - time.monotonic()
-                if delay_s > 0.0:
-                    time.sleep(delay_s)
-                elif delay_s <= -self.period_s:
-                    skipped = int(-delay_s // self.period_s)
-                    self.skipped_deadlines += skipped
-                    deadline_s += skipped * self.period_s
-                self._step()
-        except BaseException as exc:  # reported by the owner (see ``failure``)
-            self.failure = exc
-
-
-class MessageDrivenThread:
-    """Calls ``on_message(msg)`` for each message of a ``WaitedSubscription``, in arrival
-    order, on a thread of its own under ``SCHED_FIFO``.
-
-    For a law that must answer every message (``pd_tracker_node`` under sim_node's
-    lockstep): the thread wakes for the message itself, with nothing between it and
-    the callback but one take, where an executor would first rebuild its wait set of
-    every entity of the node and dispatch through its task machinery.
-    """
-
-    def __init__(self, source, on_message: Callable[[object], None], priority: int,
-                 name: str, idle_wait_s: float = 0.1):
-        self._source = source
-        self._on_message = on_message
-        self.priority = priority
-        self.idle_wait_s = idle_wait_s
         self.scheduling_problem = "not started"
         self.failure: BaseException | None = None
         self._stop = threading.Event()
@@ -125,7 +58,7 @@ class MessageDrivenThread:
 
     def stop(self, timeout_s: float = 1.0) -> None:
         self._stop.set()
-        self._source.wake()
+        self._interrupt()
         if self._thread.is_alive():
             self._thread.join(timeout_s)
 
@@ -133,14 +66,83 @@ class MessageDrivenThread:
     def running(self) -> bool:
         return self._thread.is_alive()
 
+    def _interrupt(self) -> None:
+        """Cut a wait of ``_loop`` short (called by ``stop``)."""
+
+    def _loop(self) -> None:
+        raise NotImplementedError
+
     def _run(self) -> None:
+        # On Linux a scheduling policy belongs to a thread: this one alone gets it.
         self.scheduling_problem = request_fifo_priority(self.priority)
         self._started.set()
         try:
-            while not self._stop.is_set():
-                self._source.wait(self.idle_wait_s)
-                for msg in self._source.take_all():
-                    self._on_message(msg)
+            self._loop()
         except BaseException as exc:  # reported by the owner (see ``failure``)
-            if not self._stop.is_set():
-                self.failure = exc
+            self._failed(exc)
+
+    def _failed(self, exc: BaseException) -> None:
+        self.failure = exc
+
+
+class PeriodicThread(_ControlThread):
+    """Calls ``step()`` every ``period_s`` at absolute steady-clock deadlines, on its own thread.
+
+    Why not an executor timer: a timer shares its thread with every callback of the
+    node, so a chunk conversion or a burst of joint_states that happens to run when
+    the deadline passes delays the tick by its whole length. Here the loop sleeps to
+    its deadline on a thread under ``SCHED_FIFO`` and needs only the GIL, which the
+    executor releases while it waits and hands over within the switch interval
+    while it runs Python (the node shortens that interval). A late wake-up never
+    makes up missed deadlines in a burst: they are skipped and counted.
+    """
+
+    def __init__(self, step: Callable[[], None], period_s: float, priority: int, name: str):
+        self._step = step
+        self.period_s = period_s
+        self.skipped_deadlines = 0
+        super().__init__(priority, name)
+
+    def _loop(self) -> None:
+        deadline_s = time.monotonic()
+        while not self._stop.is_set():
+            deadline_s += self.period_s
+            delay_s = deadline_s - time.monotonic()
+            if delay_s > 0.0:
+                time.sleep(delay_s)
+            elif delay_s <= -self.period_s:
+                skipped = int(-delay_s // self.period_s)
+                self.skipped_deadlines += skipped
+                deadline_s += skipped * self.period_s
+            self._step()
+
+
+class MessageDrivenThread(_ControlThread):
+    """Calls ``on_message(msg)`` for each message of a ``WaitedSubscription``, in arrival
+    order, on a thread of its own under ``SCHED_FIFO``.
+
+    For a law that must answer every message (``pd_tracker_node`` under sim_node's
+    lockstep): the thread wakes for the message itself, with nothing between it and
+    the callback but one take, where an executor would first rebuild its wait set of
+    every entity of the node and dispatch through its task machinery.
+    """
+
+    def __init__(self, source, on_message: Callable[[object], None], priority: int,
+                 name: str, idle_wait_s: float = 0.1):
+        self._source = source
+        self._on_message = on_message
+        self.idle_wait_s = idle_wait_s
+        super().__init__(priority, name)
+
+    def _interrupt(self) -> None:
+        self._source.wake()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._source.wait(self.idle_wait_s)
+            for msg in self._source.take_all():
+                self._on_message(msg)
+
+    def _failed(self, exc: BaseException) -> None:
+        if not self._stop.is_set():  # a wait cut short by shutdown is no failure
+            self.failure = exc
