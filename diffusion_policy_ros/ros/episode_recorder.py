@@ -74,12 +74,13 @@ class EpisodeMediaRecorder:
     def start(self) -> None:
         """Begin a new episode now (node clock)."""
         now_s = self.node.get_clock().now().nanoseconds * 1e-9
-        # The newest frame at each tick is up to a camera period older than the tick, so
-        # consecutive ones can be closer than a period: half a period of slack keeps them.
+        # The newest message at each tick is up to a publish period older than the tick,
+        # so consecutive ones can be closer than a period: half a period of slack keeps them.
         self.recording = EpisodeRecording(self.joint_names, now_s,
                                           frame_period_s=FRAME_PERIOD_S,
                                           frame_slack_s=FRAME_PERIOD_S / 2,
-                                          signal_period_s=SIGNAL_PERIOD_S)
+                                          signal_period_s=SIGNAL_PERIOD_S,
+                                          signal_slack_s=SIGNAL_PERIOD_S / 2)
 
     def finish(self, out_dir: str | Path, stem: str, title: str = "",
                caption: str = "") -> dict[str, str]:

@@ -52,10 +52,6 @@ oscillate. No answer within ``lockstep_resend_s``
 publisher, or none within ``lockstep_timeout_s`` of wall time, the sim free-runs
 (counted, WARN) with expiring efforts, until commands return. When to step, ask again,
 drop a twin answer or free-run is decided by ``sim.lockstep.LockstepHandshake``.
-Arm commands are taken by a thread of their own (``realtime.MessageDrivenThread``),
-woken by the command reader itself: at 500 Hz the executor's wake-up per message cost
-more CPU than the step it triggers. Every callback, on either thread, holds one lock,
-so they exclude each other as they did on one thread.
 
 Camera. A due frame's geometry is captured in the loop at its instant and drawn,
 converted and published by a render thread (``sim.render_thread``), so drawing never
@@ -76,10 +72,8 @@ are per wall-clock second; ``real_time_factor`` there is the achieved one.
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
-import threading
 import time
 
 import numpy as np
@@ -100,8 +94,7 @@ from diffusion_policy_ros.ros.conversions import camera_info_msg, image_msg, ns_
 from diffusion_policy_ros.ros.lean_events import LeanEventsMixin
 from diffusion_policy_ros.ros.node_main import run_node
 from diffusion_policy_ros.ros.params import declare_config
-from diffusion_policy_ros.ros.polled import WaitedSubscription
-from diffusion_policy_ros.ros.realtime import GIL_SWITCH_INTERVAL_S, MessageDrivenThread
+from diffusion_policy_ros.ros.realtime import GIL_SWITCH_INTERVAL_S
 from diffusion_policy_ros.sim.camera import RgbdFrame
 from diffusion_policy_ros.sim.lockstep import CommandVerdict, LockstepHandshake, TurnVerdict
 from diffusion_policy_ros.sim.render_thread import RenderThread
@@ -170,15 +163,6 @@ def episode_report(state: TaskState, episode: int, seed: int, sim_time_s: float,
             "detail": episode_detail(state, object_names)}
 
 
-def _exclusive(callback):
-    """Run a ``SimNode`` callback holding the node's lock."""
-    @functools.wraps(callback)
-    def locked(self, *args):
-        with self._lock:
-            return callback(self, *args)
-    return locked
-
-
 class SimNode(LeanEventsMixin, Node):
     def __init__(self, **kwargs):
         super().__init__("sim_node", **kwargs)
@@ -204,12 +188,11 @@ class SimNode(LeanEventsMixin, Node):
         self.rates = {name: RateMeter() for name in ("joint_states", "camera", "commands")}
         self.loop_ms = RollingStats(window=2000)
 
-        # Episode and command state: every callback holds this lock (the executor's
-        # thread and the command thread run them).
-        self._lock = threading.Lock()
+        # Episode and command state (all callbacks run in one thread: no locks).
         self._offset_s = 0.0
         self._episode = 0
         self._status = ""
+        self._scored_since_wall: float | None = None  # monotonic s (see _publish_episode)
         self._effort: np.ndarray | None = None
         self._last_command_s: float | None = None
         self._stale = False
@@ -245,9 +228,8 @@ class SimNode(LeanEventsMixin, Node):
                           if cfg.publish_clock else None)
         # Best effort: in the lockstep a lost command is asked for again (lockstep_resend_s);
         # a reliable reader would hold that answer back until DDS repaired the lost one.
-        self.commands = WaitedSubscription(
-            self, Float64MultiArray, "arm_controller/commands",
-            QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT))
+        self.create_subscription(Float64MultiArray, "arm_controller/commands", self._on_effort,
+                                 QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT))
         self.create_subscription(Float64MultiArray, "gripper_controller/commands",
                                  self._on_gripper, QoSProfile(depth=1))
         # Transient local only (see the module docstring); volatile publishers it cannot
@@ -266,16 +248,8 @@ class SimNode(LeanEventsMixin, Node):
         self.render = RenderThread(scene.model, width, height, self._publish_frame)
         self._start_episode()
         loop_period_s = max(0.001, self.dt / cfg.real_time_factor)
-        self._pace_period_ns = round(loop_period_s * 1e9)
-        # Two turns per resend interval (LockstepHandshake's rule), four per timeout.
-        watch_s = (cfg.lockstep_resend_s / 2 if cfg.lockstep_resend_s
-                   else cfg.lockstep_timeout_s / 4)
-        self._watchdog_period_ns = round(max(loop_period_s, watch_s) * 1e9)
-        self._loop_timer = self.create_timer(loop_period_s, self._loop, clock=self._steady)
+        self.create_timer(loop_period_s, self._loop, clock=self._steady)
         self.create_timer(cfg.diagnostics_period_s, self._publish_diagnostics, clock=self._steady)
-        self.command_thread = MessageDrivenThread(self.commands, self._on_command, 0,
-                                                  "sim_commands")
-        self.command_thread.start()
         if self.get_parameter("use_sim_time").value and not cfg.publish_clock:
             self.get_logger().warning(
                 "use_sim_time is true but publish_clock is false: stamps follow an external "
@@ -331,6 +305,7 @@ class SimNode(LeanEventsMixin, Node):
         self._gripper_m = float(self.runtime.scene.joint_positions()[6])
         self._joint_state_gate.restart()
         self._status = ""
+        self._scored_since_wall = None
         if not self.config.publish_clock:
             self._stamp_ns = self._ros_stamp_ns()
         # Clock, instruction, then the episode's first joint_states and frame:
@@ -345,7 +320,6 @@ class SimNode(LeanEventsMixin, Node):
         self.get_logger().info(f"episode {self._episode} (seed {self.runtime.episode_seed}): "
                                f"{told}")
 
-    @_exclusive
     def _on_instruction(self, msg: String) -> None:
         text = " ".join(msg.data.split())  # as policy_node republishes it
         before = self.runtime.task_state
@@ -364,7 +338,6 @@ class SimNode(LeanEventsMixin, Node):
         self._status = episode_status(state)
         self._publish_episode(state)
 
-    @_exclusive
     def _on_reset(self, request: Trigger.Request, response: Trigger.Response):
         self._start_episode()
         state = self.runtime.task_state
@@ -373,7 +346,6 @@ class SimNode(LeanEventsMixin, Node):
                             f"{state.instruction}")
         return response
 
-    @_exclusive
     def _on_pause(self, request: SetBool.Request, response: SetBool.Response):
         if request.data != self._paused:
             self._paused = request.data
@@ -387,8 +359,21 @@ class SimNode(LeanEventsMixin, Node):
         return response
 
     def _publish_episode(self, state: TaskState) -> None:
+        """Publish the episode's report; a finished one carries ``wall_s``, this node's
+        wall time from the start of scoring to the end, so that a real-time factor does not
+        include the round trip of another process's reset or instruction (most of a second
+        on a saturated machine)."""
         report = episode_report(state, self._episode, self.runtime.episode_seed,
                                 self.sim_time_s(), self.runtime.scene.object_names)
+        now = time.monotonic()
+        if report["status"] == "running":
+            if self._scored_since_wall is None:
+                self._scored_since_wall = now
+        elif report["status"] in TERMINAL and self._scored_since_wall is not None:
+            report["wall_s"] = round(now - self._scored_since_wall, 3)
+            self._scored_since_wall = None
+        else:
+            self._scored_since_wall = None
         self.episode_pub.publish(String(data=json.dumps(report)))
         if report["status"] in TERMINAL:
             self.get_logger().info(f"episode {self._episode} ended: {report['status']} after "
@@ -404,13 +389,11 @@ class SimNode(LeanEventsMixin, Node):
         if self.clamps.record(reason, time.monotonic()):
             self.get_logger().warning(f"{message} [{self.clamps.counts[reason]} so far]")
 
-    @_exclusive
-    def _on_effort(self, msg: Float64MultiArray) -> float | None:
-        """Apply a valid command; the wall time until the lockstep's step is due, or None."""
+    def _on_effort(self, msg: Float64MultiArray) -> None:
         values, reason, detail = command_values(msg, len(ARM_JOINT_NAMES))
         if values is None:
             self._reject(f"effort_{reason}", f"arm command ({reason}): {detail}")
-            return None
+            return
         low, high = self._effort_limits[:, 0], self._effort_limits[:, 1]
         if np.any(values < low) or np.any(values > high):
             self._clamped("effort_clamped", f"arm efforts {values.tolist()} clamped to the "
@@ -418,7 +401,7 @@ class SimNode(LeanEventsMixin, Node):
         now = time.monotonic()
         verdict = self.lockstep.on_command(values, now)
         if verdict is CommandVerdict.DUPLICATE:
-            return None
+            return
         self.rates["commands"].tick(now)
         self._effort = values
         self._last_command_s = self.sim_time_s()
@@ -428,35 +411,8 @@ class SimNode(LeanEventsMixin, Node):
         if verdict is CommandVerdict.RESUMED:
             self.get_logger().info("arm commands returned: lockstep resumed")
         elif verdict is CommandVerdict.ANSWER and not self._paused:
-            self._accrue_debt(now)
             self._step_lockstep()
-            return self._lockstep_pace_wait_s()
-        return None
 
-    def _on_command(self, msg: Float64MultiArray) -> None:
-        """Command thread: apply an arm command; in the lockstep, step on it as soon as the
-        wall-clock pace allows (waiting here, without the lock, when the sim is ahead)."""
-        wait_s = self._on_effort(msg)
-        while wait_s is not None:
-            time.sleep(wait_s)
-            wait_s = self._step_when_paced()
-
-    @_exclusive
-    def _step_when_paced(self) -> float | None:
-        if self._paused or self.lockstep.awaiting or not self._lockstep_active():
-            return None
-        self._accrue_debt(time.monotonic())
-        self._step_lockstep()
-        return self._lockstep_pace_wait_s()
-
-    def _lockstep_pace_wait_s(self) -> float | None:
-        """Wall time until the pace allows the lockstep's next step, None once it is out
-        (a ``joint_states`` awaits its command)."""
-        if self.lockstep.awaiting:
-            return None
-        return max(0.0, self.dt - self._debt_s) / self.config.real_time_factor
-
-    @_exclusive
     def _on_gripper(self, msg: Float64MultiArray) -> None:
         values, reason, detail = command_values(msg, 1)
         if values is None:
@@ -492,12 +448,13 @@ class SimNode(LeanEventsMixin, Node):
         return (self._lockstep_configured() and not self.lockstep.free_running
                 and self.count_publishers("arm_controller/commands") > 0)
 
-    def _accrue_debt(self, wall: float) -> int:
-        """Owe the sim time ``real_time_factor`` x the wall time since the last call; the
-        whole steps owed (at most ``max_catchup_s``: a larger backlog is dropped, counted)."""
+    def _loop(self) -> None:
+        if self._paused:
+            return
+        wall = time.monotonic()
         if self._last_wall is None:
             self._last_wall = wall
-            return 0
+            return
         self._debt_s += (wall - self._last_wall) * self.config.real_time_factor
         self._last_wall = wall
         n = int(self._debt_s / self.dt + 1e-6)
@@ -505,23 +462,9 @@ class SimNode(LeanEventsMixin, Node):
             self.steps_dropped += n - self._max_batch
             self._debt_s -= (n - self._max_batch) * self.dt
             n = self._max_batch
-        return n
-
-    @_exclusive
-    def _loop(self) -> None:
-        if self._paused:
-            return
-        lockstep = self._lockstep_active()
-        # In the lockstep the command thread steps; this timer only watches for lost or
-        # missing answers, so it need not wake every step.
-        period_ns = self._watchdog_period_ns if lockstep else self._pace_period_ns
-        if self._loop_timer.timer_period_ns != period_ns:
-            self._loop_timer.timer_period_ns = period_ns
-        wall = time.monotonic()
-        n = self._accrue_debt(wall)
         if n == 0:
             return
-        if lockstep:
+        if self._lockstep_active():
             self._step_lockstep()
             return
         self.lockstep.cancel()
@@ -612,7 +555,6 @@ class SimNode(LeanEventsMixin, Node):
 
     # -- diagnostics --------------------------------------------------------------------------
 
-    @_exclusive
     def _publish_diagnostics(self) -> None:
         cfg = self.config
         wall, sim = time.monotonic(), self.sim_time_s()
@@ -675,10 +617,6 @@ class SimNode(LeanEventsMixin, Node):
         self.diag_pub.publish(msg)
 
     def destroy_node(self):
-        thread = getattr(self, "command_thread", None)  # absent when start-up failed
-        if thread is not None:
-            thread.stop()
-            self.commands.destroy()
         render = getattr(self, "render", None)  # absent when the parameters were invalid
         if render is not None:
             render.close()

@@ -167,18 +167,23 @@ class EpisodeRecording:
     Times are seconds on any clock; they are shown relative to ``start_s``.
     ``frame_period_s`` thins the camera frames (the camera runs at 30 Hz, a GIF
     at 10 frames/s is plenty and a third of the size); a frame is kept when it is at
-    least ``frame_period_s - frame_slack_s`` newer than the last one kept.
+    least ``frame_period_s - frame_slack_s`` newer than the last one kept; the joint
+    signals likewise with ``signal_period_s`` and ``signal_slack_s``. A recorder that
+    samples the newest message on a timer of the same period needs the slack: the newest
+    sample is up to a publish period older than the tick, so without it every other
+    tick's sample would be a hair too close to the last one and dropped.
     """
 
     def __init__(self, joint_names: Sequence[str], start_s: float, title: str = "",
                  frame_period_s: float = 0.1, signal_period_s: float = 0.02,
-                 frame_slack_s: float = 0.0):
+                 frame_slack_s: float = 0.0, signal_slack_s: float = 0.0):
         self.start_s = start_s
         self.frames: list[MediaFrame] = []
         self.trace = EpisodeTrace(list(joint_names), title=title)
         self.frame_period_s = frame_period_s
         self.frame_slack_s = frame_slack_s
         self.signal_period_s = signal_period_s
+        self.signal_slack_s = signal_slack_s
         self._last_frame_s = -np.inf
         self._last_measured_s = -np.inf
         self._last_reference_s = -np.inf
@@ -203,14 +208,18 @@ class EpisodeRecording:
         self.trace.chunk_arrival_s.append(arrival_s - self.start_s)
         self.trace.chunk_latency_ms.append(float(latency_ms))
 
+    @property
+    def _signal_spacing_s(self) -> float:
+        return self.signal_period_s - self.signal_slack_s - 1e-6
+
     def add_measured(self, t_s: float, positions) -> None:
-        if t_s - self._last_measured_s >= self.signal_period_s - 1e-6:
+        if t_s - self._last_measured_s >= self._signal_spacing_s:
             self._last_measured_s = t_s
             self.trace.t_measured_s.append(t_s - self.start_s)
             self.trace.measured.append(np.asarray(positions, dtype=np.float64))
 
     def add_reference(self, t_s: float, positions) -> None:
-        if t_s - self._last_reference_s >= self.signal_period_s - 1e-6:
+        if t_s - self._last_reference_s >= self._signal_spacing_s:
             self._last_reference_s = t_s
             self.trace.t_reference_s.append(t_s - self.start_s)
             self.trace.reference.append(np.asarray(positions, dtype=np.float64))

@@ -70,8 +70,11 @@ def test_a_30_hz_camera_becomes_10_frames_per_second_and_signals_50_hz(ros, tmp_
     assert 0.6 * RECORD_S / 0.1 <= len(frames_s) <= RECORD_S / 0.1 + 1, frames_s
     assert min(np.diff(frames_s)) >= 0.05 - 1e-6, frames_s
     assert rec.path_base_m is not None and recorder.camera is not None
-    assert 0.5 * RECORD_S / 0.02 <= len(rec.trace.t_measured_s) <= RECORD_S / 0.02 + 1
-    assert len(rec.trace.t_reference_s) >= 0.5 * RECORD_S / 0.02
+    # The newest sample every 0.02 s, never two within half a period; the reference is
+    # published at the timer's own period, where a sampler without slack keeps every other.
+    for t_s in (rec.trace.t_measured_s, rec.trace.t_reference_s):
+        assert 0.5 * RECORD_S / 0.02 <= len(t_s) <= RECORD_S / 0.02 + 1, t_s
+        assert min(np.diff(t_s)) >= 0.01 - 1e-6, t_s
     assert np.isnan(rec.trace.reference[-1][-1])  # the reference has no gripper
     assert 0 < len(rec.trace.chunk_arrival_s) <= chunks
     # 500 Hz joint_states and 30 Hz images were read once per timer tick, not per message.

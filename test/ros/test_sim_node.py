@@ -367,6 +367,8 @@ def test_sim_clock_runs_at_real_time_factor_and_episodes_auto_reset(ros, start_n
                    lambda: f"auto reset: {h.episodes}")
     ended = [e for e in h.episodes if e["status"] != "running"]
     assert ended and all(e["status"] == "timeout" and e["elapsed_s"] >= 1.0 for e in ended)
+    # Each carries the sim's own wall time over it: never faster than the factor asked.
+    assert all(0 < e["elapsed_s"] / e["wall_s"] < 2.3 for e in ended), ended
     assert len(h.instructions) >= 2
     assert node.alive(), node.log()
 
