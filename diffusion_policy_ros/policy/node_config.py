@@ -14,6 +14,7 @@ from diffusion_policy_ros.config import param
 DEVICE_CHOICES = ("auto", "cpu", "cuda", "npu")
 PRECISION_CHOICES = ("fp32", "fp16", "bf16")
 BACKEND_CHOICES = ("torch", "onnxruntime", "aotinductor")
+TICK_SOURCE_CHOICES = ("observation", "timer")
 
 
 @dataclasses.dataclass
@@ -45,8 +46,14 @@ class PolicyNodeConfig:
         1, "torch intra-op threads for the process; 0 = leave torch's default. Measured: one "
         "thread degrades gracefully when the 500 Hz tracker shares the CPU, two stall",
         low=0, high=256)
-    rate_hz: float = param(10.0, "Action chunks per second (the inference timer, node clock)",
-                           low=0.1, high=200.0)
+    rate_hz: float = param(10.0, "Action chunks per second (on the frames' stamps, or the "
+                           "node clock with tick_source timer)", low=0.1, high=200.0)
+    tick_source: str = param(
+        "observation", "What starts a chunk: observation (the frame that completes an image + "
+        "cloud pair, about rate_hz of them a second, so the chunk starts as soon as its "
+        "observation is complete; a rate_hz timer ticks only when frames stop, so refusals "
+        "are still reported) | timer (a rate_hz timer on the node clock, at any phase to the "
+        "camera)", choices=TICK_SOURCE_CHOICES)
     max_obs_age_s: float = param(
         0.5, "Refuse to act when the newest observation (or the joint_states it is paired "
         "with) is older than this (s)", low=0.01, high=60.0)

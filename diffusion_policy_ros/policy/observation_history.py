@@ -123,38 +123,42 @@ class ObservationHistory:
 
     # -- input --------------------------------------------------------------------------------
 
-    def add_image(self, stamp_ns: int, image: np.ndarray) -> None:
+    def add_image(self, stamp_ns: int, image: np.ndarray) -> bool:
+        """Keep the image; True when it completes a frame (its cloud came first)."""
         with self._lock:
             self.images_total += 1
             if self._before_start(stamp_ns):
-                return
+                return False
             self._camera_stamp(stamp_ns)
             if self._has_frame(stamp_ns) or stamp_ns in self._pending_images:
                 self.drops["duplicate_image"] += 1
-                return
+                return False
             points = self._pending_points.pop(stamp_ns, None)
             if points is None:
                 self._pending_images[stamp_ns] = image
                 self._trim_pending()
-                return
+                return False
             self._add_frame(Frame(stamp_ns, image, *points))
+            return True
 
-    def add_points(self, stamp_ns: int, points: np.ndarray, colors: np.ndarray) -> None:
+    def add_points(self, stamp_ns: int, points: np.ndarray, colors: np.ndarray) -> bool:
+        """Keep the cloud; True when it completes a frame (its image came first)."""
         finite = bool(np.isfinite(points).all())
         with self._lock:
             self.points_total += 1
             if self._before_start(stamp_ns):
-                return
+                return False
             self._camera_stamp(stamp_ns)
             if self._has_frame(stamp_ns) or stamp_ns in self._pending_points:
                 self.drops["duplicate_points"] += 1
-                return
+                return False
             image = self._pending_images.pop(stamp_ns, None)
             if image is None:
                 self._pending_points[stamp_ns] = (points, colors, finite)
                 self._trim_pending()
-                return
+                return False
             self._add_frame(Frame(stamp_ns, image, points, colors, finite))
+            return True
 
     def add_joint_state(self, stamp_ns: int, names: Sequence[str],
                         positions: Sequence[float]) -> str:

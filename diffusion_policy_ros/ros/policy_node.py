@@ -15,28 +15,32 @@ Thin lifecycle adapter around ``policy.runner.PolicyRunner`` and
 Subscribes ``observation/image`` + ``observation/points`` (paired by exact
 stamp), ``joint_states`` (polled, ``ros.polled``: the queued states are taken
 with each observation message and before each chunk, not one executor wake-up
-per 500 Hz message) and ``instruction`` (reliable; transient local for a
-latched publisher that was there first and volatile for ``ros2 topic pub``, see
+per 500 Hz message) and ``instruction`` (reliable; transient local for a latched
+publisher that was there first and volatile for ``ros2 topic pub``, see
 ``ros/latched.py``) and republishes each instruction it takes on
 ``policy/instruction`` (reliable, transient local): what the policy acts on, for
-the simulation's scoring and for operators. A
-``rate_hz`` timer selects To frames one ``action_dt_s`` apart, runs the policy
-and publishes ``policy/action_chunk`` (``header.stamp`` = the newest
-observation's stamp, point k at k * dt, joint_names + gripper_joint),
-``policy/markers`` (end-effector path from the forward kinematics of the URDF,
-``urdf_file`` or the packaged arm, in ``base_frame``; no MuJoCo on the robot)
-and ``/diagnostics``. It refuses to act, says why on ``/diagnostics`` and in a
-log throttled per reason, without an instruction,
-with observations or joint_states older than ``max_obs_age_s``, with NaN/inf
-inputs or outputs. Every instruction message (the same words again too) starts
-a new task: the observation history restarts at the node's clock (inputs
-stamped earlier are dropped) and a chunk still computing from older frames is
-discarded (``discarded_after_restart``): after a simulated reset the first
-chunks see only the new episode, padded from its first frame as in training.
+the simulation's scoring and for operators. A tick (``tick_source``: by default
+the frame that completes an image + cloud pair, ``rate_hz`` of them a second on
+the frames' stamps, ``policy.tick_schedule``; or a ``rate_hz`` timer) selects To
+frames one ``action_dt_s`` apart, runs the policy and publishes
+``policy/action_chunk`` (``header.stamp`` = the newest observation's stamp,
+point k at k * dt, joint_names + gripper_joint), ``policy/markers``
+(end-effector path from the forward kinematics of the URDF, ``urdf_file`` or the
+packaged arm, in ``base_frame``; no MuJoCo on the robot) and ``/diagnostics``.
+It refuses to act, says why on ``/diagnostics`` and in a log throttled per
+reason, without an instruction, with observations or joint_states older than
+``max_obs_age_s``, with NaN/inf inputs or outputs. Every instruction message
+(the same words again too) starts a new task: the observation history restarts
+at the node's clock (inputs stamped earlier are dropped) and a chunk still
+computing from older frames is discarded (``discarded_after_restart``): after a
+simulated reset the first chunks see only the new episode, padded from its first
+frame as in training.
 
 Threading: inference runs on the node's own worker thread, never on the
-executor's: the ``rate_hz`` timer (its own callback group) only marks a chunk
-as due and the worker computes and publishes it, so subscriptions, services
+executor's: the frame callbacks and the ``rate_hz`` timer (its own callback
+group; with observation ticks it ticks only when frames stop, counted as
+``watchdog_ticks``) only mark a chunk as due and the worker computes and
+publishes it, so subscriptions, services
 and diagnostics keep running while the policy computes, under the
 single-threaded executor of ``ros2 run`` as under a bring-up's
 multi-threaded one. A tick that finds the previous chunk still computing is
@@ -84,6 +88,7 @@ from diffusion_policy_ros.policy.node_config import PolicyNodeConfig
 from diffusion_policy_ros.policy.observation_history import ObservationHistory, Refusal
 from diffusion_policy_ros.policy.runner import PolicyRunner
 from diffusion_policy_ros.policy.runtime_backends import BackendError
+from diffusion_policy_ros.policy.tick_schedule import FrameTickSchedule
 from diffusion_policy_ros.ros.conversions import (
     ns_to_stamp,
     raw_image,
@@ -147,6 +152,10 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
         self._times_from_start: list[Duration] = []
         # Work handed to the inference worker.
         self.overrun_ticks = 0
+        self.watchdog_ticks = 0
+        self.frame_ticks = (FrameTickSchedule(cfg.rate_hz) if cfg.tick_source == "observation"
+                            else None)
+        self._last_tick_mark_ns: int | None = None  # node clock
         self.discarded_after_restart = 0
         self._noise = None  # noise_stream of the current task when `seed` >= 0
         self._noise_generation = -1
@@ -323,7 +332,9 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
         except FrameRejected as exc:
             self._reject_input(f"image_{exc.reason}", f"ignored observation/image: {exc}")
             return
-        self.history.add_image(stamp_to_ns(msg.header.stamp), rgb)
+        stamp_ns = stamp_to_ns(msg.header.stamp)
+        if self.history.add_image(stamp_ns, rgb):
+            self._on_frame(stamp_ns)
 
     def _on_points(self, msg: PointCloud2) -> None:
         self._take_joint_states()
@@ -332,7 +343,18 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
         except ValueError as exc:
             self._reject_input("bad_points", f"ignored observation/points: {exc}")
             return
-        self.history.add_points(stamp_to_ns(msg.header.stamp), points, colors)
+        stamp_ns = stamp_to_ns(msg.header.stamp)
+        if self.history.add_points(stamp_ns, points, colors):
+            self._on_frame(stamp_ns)
+
+    def _on_frame(self, stamp_ns: int) -> None:
+        """A complete observation: with tick_source observation, start a chunk if due."""
+        if self.frame_ticks is None:
+            return
+        with self._work:
+            due = self.frame_ticks.on_frame(stamp_ns)
+        if due:
+            self._mark_tick_due()
 
     def _take_joint_states(self) -> None:
         """Move the queued joint_states into the history (on any thread; it locks)."""
@@ -345,6 +367,9 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
     def _on_instruction(self, msg: String) -> None:
         text = normalize_instruction(msg.data)
         self.history.restart(self.get_clock().now().nanoseconds)
+        if self.frame_ticks is not None:
+            with self._work:
+                self.frame_ticks.restart()  # the new task's first frame starts a chunk
         self.instruction_pub.publish(String(data=text))
         if text == self._instruction:
             return
@@ -366,12 +391,24 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
                                       f"[{self.refusals.counts[reason]} so far]")
 
     def _on_rate_timer(self) -> None:
+        if self.frame_ticks is not None:
+            # Frames start the chunks; this timer only ticks when they stopped, so that a
+            # missing or stale camera is still refused and reported.
+            last_ns = self._last_tick_mark_ns
+            if last_ns is not None and (self.get_clock().now().nanoseconds - last_ns
+                                        < 1.5 * self.frame_ticks.period_ns):
+                return
+            self.watchdog_ticks += 1
+        self._mark_tick_due()
+
+    def _mark_tick_due(self) -> None:
         if self.runner is None or self._state != "active" or self._stopped:
             return
         with self._work:
             if self._tick_due:
                 self.overrun_ticks += 1  # the worker is still on the previous chunk
             self._tick_due = True
+            self._last_tick_mark_ns = self.get_clock().now().nanoseconds
             self._work.notify()
 
     def _inference_loop(self) -> None:
@@ -546,6 +583,8 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
             "chunk_rate_wall_hz": f"{self.chunk_rate_wall.rate_hz(time.monotonic()):.2f}",
             "chunks_total": str(self.chunk_rate.total),
             "overrun_ticks": str(self.overrun_ticks),
+            "tick_source": self.config.tick_source,
+            "watchdog_ticks": str(self.watchdog_ticks),
             "history_restarts": str(h.generation),
             "discarded_after_restart": str(self.discarded_after_restart),
             "first_chunk_ms": (f"{self._first_chunk_ms:.2f}" if self._first_chunk_ms is not None

@@ -64,17 +64,20 @@ def stream(h, seconds=1.0, camera_ns=CAMERA_NS, joint_ns=10 * MS, start=T0):
 
 def test_pairs_by_exact_stamp_in_either_order_and_counts_unpaired():
     h = ObservationHistory(NAMES)
-    h.add_image(T0, image(1))
-    h.add_points(T0 + 1, *cloud(1.0))  # 1 ns off: not a pair
+    assert h.add_image(T0, image(1)) is False
+    assert h.add_points(T0 + 1, *cloud(1.0)) is False  # 1 ns off: not a pair
     assert len(h) == 0 and h.pending == (1, 1)
-    add_frame(h, T0 + 10 * MS, points_first=True)
-    add_frame(h, T0 + 20 * MS)
+    # The half that completes a frame says so (what starts a chunk on observation ticks).
+    assert h.add_points(T0 + 10 * MS, *cloud(0.0)) is False
+    assert h.add_image(T0 + 10 * MS, image(0)) is True
+    assert h.add_image(T0 + 20 * MS, image(0)) is False
+    assert h.add_points(T0 + 20 * MS, *cloud(0.0)) is True
     assert len(h) == 2 and h.paired_total == 2
     # Halves older than pair_timeout_s behind the newest frame are given up.
     add_frame(h, T0 + 300 * MS)
     assert h.pending == (0, 0)
     assert h.drops["unpaired_image"] == 1 and h.drops["unpaired_points"] == 1
-    h.add_image(T0 + 300 * MS, image(9))
+    assert h.add_image(T0 + 300 * MS, image(9)) is False
     assert h.drops["duplicate_image"] == 1 and len(h) == 3
 
 

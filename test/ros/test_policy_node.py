@@ -178,9 +178,13 @@ def test_lifecycle_configure_warms_up_activate_acts_deactivate_stops(ros, start_
     for _, msg in window:
         check_chunk(h, msg)
     stamps = [stamp_to_ns(m.header.stamp) for _, m in window]
-    # A frame delivered later than one tick (a busy machine) makes the node act on the
-    # same newest observation again: same stamp, fresh noise, never an older stamp.
-    assert stamps == sorted(stamps) and len(set(stamps)) >= 0.5 * len(stamps), stamps
+    # Observation ticks (the default): each chunk starts on the frame that completed its
+    # observation, every third of the 30 Hz stream (100 ms of stamps apart, give or take a
+    # frame). Only a watchdog tick (frames late by 1.5 periods) acts on a frame again.
+    assert h.value("tick_source") == "observation"
+    repeats = len(stamps) - len(set(stamps))
+    assert stamps == sorted(stamps) and repeats <= h.count("watchdog_ticks"), stamps
+    assert 66 < np.median(np.diff(stamps)) * 1e-6 < 134, np.diff(stamps) * 1e-6
     assert rate_hz > 7.0, f"{rate_hz} {h.diagnostics()}"
     ros.spin_until(lambda: h.value("first_chunk_ms") and h.value("chunk_rate_hz") and
                    float(h.value("chunk_rate_hz")) > 0, 5.0, "chunk statistics")
@@ -276,9 +280,32 @@ def test_refusals_instruction_change_and_start_stop(ros, start_node, assets):
     n = len(h.chunks)
     ros.spin_until(lambda: len(h.chunks) > n + 2, 5.0, "chunks after ~/start")
 
-    # A stream that stops goes stale too.
+    # A stream that stops goes stale too: without frames the rate timer ticks.
+    watchdog = h.count("watchdog_ticks")
     h.streaming = False
-    ros.spin_until(refusal_is("stale_observation"), 5.0, "stale after the stream stopped")
+    ros.spin_until(lambda: refusal_is("stale_observation")()
+                   and h.count("watchdog_ticks") > watchdog, 5.0,
+                   lambda: f"stale after the stream stopped: {h.diagnostics()}")
+    assert node.alive(), node.log()
+
+
+def test_timer_ticks_act_at_rate_whatever_the_frames(ros, start_node, assets):
+    """tick_source timer: the rate_hz timer starts every chunk, at any phase to the
+    camera; a busy machine can make it act on the same newest frame twice."""
+    checkpoint, episode = assets
+    node = start_node(MODULE, [*PARAMS, "-p", f"checkpoint:={checkpoint}",
+                               "-p", "autostart:=true", "-p", "tick_source:=timer"])
+    h = PolicyHarness(ros, episode)
+    ros.spin_until(lambda: h.connected() and h.value("state") == "active", 30.0,
+                   lambda: f"active: {h.diagnostics()}\n{node.log()}")
+    h.instruct("pick up the red cube")
+    ros.spin_until(lambda: len(h.chunks) >= 8, 15.0,
+                   lambda: f"chunks on the timer: {h.diagnostics()}\n{node.log()}")
+    for _, msg in h.chunks:
+        check_chunk(h, msg)
+    stamps = [stamp_to_ns(m.header.stamp) for _, m in h.chunks]
+    assert stamps == sorted(stamps) and len(set(stamps)) >= 0.5 * len(stamps), stamps
+    assert h.value("tick_source") == "timer" and h.count("watchdog_ticks") == 0
     assert node.alive(), node.log()
 
 

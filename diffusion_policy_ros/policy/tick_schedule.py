@@ -1,0 +1,67 @@
+"""``FrameTickSchedule``: which camera frames start an action chunk.
+
+A chunk computed on a timer starts at a random phase to the camera: the newest
+frame it can use is up to one camera period older than it need be (16.7 ms on
+average at 30 Hz). Started by the frame itself, the chunk begins as soon as the
+observation is complete. This schedule picks those frames: about ``rate_hz`` a
+second, on the frames' own stamps (sim time under ``use_sim_time``, the sensor's
+clock on a robot or a bag), so the rate holds whatever the camera's period.
+
+A frame is due when its stamp reaches the next due time less half a frame
+interval (the median of the last few intervals between consecutive stamps, so a
+dropped frame does not widen it); the next due time then moves on by one period,
+or, when the due frame was missing and a later one started the chunk, restarts
+one period after that frame (two chunks are never closer than a period less a
+frame interval). A stamp that goes back (a bag loop, a simulated reset on its own clock)
+restarts the schedule.
+"""
+
+from __future__ import annotations
+
+import collections
+import statistics
+
+#: Frame intervals the tolerance is the median of.
+INTERVALS_KEPT = 8
+
+
+class FrameTickSchedule:
+    """``on_frame(stamp_ns)`` says whether a completed frame should start a chunk."""
+
+    def __init__(self, rate_hz: float):
+        if not rate_hz > 0:
+            raise ValueError(f"rate_hz must be positive, got {rate_hz}")
+        self.period_ns = round(1e9 / rate_hz)
+        self._next_due_ns: int | None = None
+        self._last_frame_ns: int | None = None
+        self._intervals_ns: collections.deque[int] = collections.deque(maxlen=INTERVALS_KEPT)
+
+    def restart(self) -> None:
+        """The next frame starts a chunk (a new task, a new stream)."""
+        self._next_due_ns = None
+        self._last_frame_ns = None
+
+    def on_frame(self, stamp_ns: int) -> bool:
+        last = self._last_frame_ns
+        if last is not None and stamp_ns <= last:
+            if stamp_ns == last:
+                return False  # the same frame again
+            self.restart()  # the stamps went back: a new stream
+        elif last is not None and stamp_ns - last < self.period_ns:
+            self._intervals_ns.append(stamp_ns - last)  # a gap is no frame interval
+        self._last_frame_ns = stamp_ns
+        due, tolerance_ns = self._next_due_ns, self._tolerance_ns()
+        if due is not None and stamp_ns < due - tolerance_ns:
+            return False
+        if due is None or stamp_ns - due > tolerance_ns:
+            self._next_due_ns = stamp_ns + self.period_ns  # frames were missing
+        else:
+            self._next_due_ns = due + self.period_ns
+        return True
+
+    def _tolerance_ns(self) -> int:
+        """Half a frame interval (at most half a period): the frame nearest the due time
+        wins, whether it comes a little before or after it."""
+        if not self._intervals_ns:
+            return 0
+        return min(int(statistics.median(self._intervals_ns)), self.period_ns) // 2
