@@ -78,6 +78,9 @@ class GraspCommander:
         self.executor = SingleThreadedExecutor()
         self.executor.add_node(self.node)
         self.chunks: list[tuple[float, float]] = []  # (monotonic s, stamp -> received ms)
+        # The chunks of the episodes run_episode measured: between episodes this process
+        # writes the media and reads what queued meanwhile late.
+        self.episode_chunk_latencies_ms: list[float] = []
         self.diagnostics: dict[str, dict[str, str]] = {}  # node -> latest key/values
         self.diag_counts: dict[str, int] = {}
         self.diag_messages: dict[str, str] = {}
@@ -336,6 +339,7 @@ class GraspCommander:
             first = self.switch_instruction(number, switch_after_s, timeout_s)
         report = self.wait_for_episode_end(number, timeout_s)
         latencies = [ms for _, ms in self.chunks[first_chunk:]]
+        self.episode_chunk_latencies_ms.extend(latencies)
         record = {
             "episode": number, "seed": report["seed"], "status": report["status"],
             "target": report["target"],

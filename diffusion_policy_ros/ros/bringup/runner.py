@@ -196,6 +196,7 @@ def run(opts: Options) -> int:
         exited_early = processes.exited()
         return_codes = processes.stop()  # a second Ctrl-C meanwhile is recorded, not raised
         snapshot = (dict(diagnostics=commander.diagnostics, chunks=list(commander.chunks),
+                         episode_chunks=list(commander.episode_chunk_latencies_ms),
                          tracker_p99=list(commander.tracker_p99), ended=list(commander.ended),
                          errors=dict(commander.errors_after_ready))
                     if commander is not None else None)
@@ -216,9 +217,12 @@ def run(opts: Options) -> int:
                     "wrong_object": r["wrong_object"], "elapsed_s": r["elapsed_s"]}
                    for r in snapshot["ended"]]
     p99s = [p for _, p in snapshot["tracker_p99"]]
+    # Measured episodes: their chunks only (the same the per-episode figures use).
+    latencies = (snapshot["episode_chunks"] if opts.episodes is not None
+                 else [ms for _, ms in snapshot["chunks"]])
     summary = {
         "episodes_requested": opts.episodes,
-        **summarize(records, [ms for _, ms in snapshot["chunks"]], snapshot["diagnostics"],
+        **summarize(records, latencies, snapshot["diagnostics"],
                     round(max(p99s), 4) if p99s else None),
         "cpu_core_s_per_sim_s": cpu or None,
         "episodes": records,

@@ -1,7 +1,8 @@
 """Rates and figures of a bring-up run, from episode records and the nodes' diagnostics.
 
 Chunk latency is the receive time of ``policy/action_chunk`` minus its header stamp
-(observation stamp to chunk arrival); ``policy_node``'s own predict time, its chunk
+(observation stamp to chunk arrival), over the measured episodes' chunks when there
+are episodes; ``policy_node``'s own predict time, its chunk
 rate and the tracker's ``period_error_ms`` come from ``/diagnostics``.
 """
 
