@@ -7,13 +7,13 @@ observation is complete. This schedule picks those frames: about ``rate_hz`` a
 second, on the frames' own stamps (sim time under ``use_sim_time``, the sensor's
 clock on a robot or a bag), so the rate holds whatever the camera's period.
 
-A frame is due when its stamp reaches the next due time less half a frame
-interval (the median of the last few intervals between consecutive stamps, so a
-dropped frame does not widen it); the next due time then moves on by one period,
-or, when the due frame was missing and a later one started the chunk, restarts
-one period after that frame (two chunks are never closer than a period less a
-frame interval). A stamp that goes back (a bag loop, a simulated reset on its own clock)
-restarts the schedule.
+A frame is due when its stamp reaches the next due time less half a frame interval
+(the median of the last few intervals between consecutive stamps, so a dropped frame
+does not widen it); the next due time then moves on by one period, or, when the due
+frame was missing and a later one started the chunk, restarts one period after that
+frame (two chunks are never closer than a period less a frame interval). A stamp
+that goes back (a bag loop, a simulated reset on its own clock) restarts the
+schedule.
 """
 
 from __future__ import annotations

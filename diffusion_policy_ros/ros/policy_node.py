@@ -36,25 +36,22 @@ computing from older frames is discarded (``discarded_after_restart``): after a
 simulated reset the first chunks see only the new episode, padded from its first
 frame as in training.
 
-Threading: inference runs on the node's own worker thread, never on the
-executor's: the frame callbacks and the ``rate_hz`` timer (its own callback
-group; with observation ticks it ticks only when frames stop, counted as
-``watchdog_ticks``) only mark a chunk as due and the worker computes and
-publishes it, so subscriptions, services
-and diagnostics keep running while the policy computes, under the
-single-threaded executor of ``ros2 run`` as under a bring-up's
-multi-threaded one. A tick that finds the previous chunk still computing is
-counted (``overrun_ticks``) and coalesced. A new instruction is embedded on
-the worker too (a cache miss runs the sentence encoder), before the next
-chunk. Measured on the 2-core machine, this node keeps its chunk rate on a
-fraction of a core, while spinning it in rclpy's MultiThreadedExecutor with one
-callback group per role took several times the CPU and fell far short of the
-rate (its Python dispatch loop competes for the GIL and busy-waits on busy
-groups; figures in docs/benchmarks.md, "Measurements behind the code's
-design"). Lifecycle transitions
-run on the executor thread: configure (load + warm-up, seconds) holds
-incoming messages in their queues meanwhile. The observation history and
-the language cache are thread-safe; everything else the worker reads is
+Threading: inference runs on the node's own worker thread, never on the executor's:
+the frame callbacks and the ``rate_hz`` timer (its own callback group; with
+observation ticks it ticks only when frames stop, counted as ``watchdog_ticks``)
+only mark a chunk as due and the worker computes and publishes it, so subscriptions,
+services and diagnostics keep running while the policy computes, under the
+single-threaded executor of ``ros2 run`` as under a bring-up's multi-threaded one. A
+tick that finds the previous chunk still computing is counted (``overrun_ticks``)
+and coalesced. A new instruction is embedded on the worker too (a cache miss runs
+the sentence encoder), before the next chunk. Measured on the 2-core machine, this
+node keeps its chunk rate on a fraction of a core, while spinning it in rclpy's
+MultiThreadedExecutor with one callback group per role took several times the CPU
+and fell far short of the rate (its Python dispatch loop competes for the GIL and
+busy-waits on busy groups; figures in docs/benchmarks.md, "Measurements behind the
+code's design"). Lifecycle transitions run on the executor thread: configure (load +
+warm-up, seconds) holds incoming messages in their queues meanwhile. The observation
+history and the language cache are thread-safe; everything else the worker reads is
 swapped atomically.
 """
 

@@ -161,6 +161,11 @@ def plot_episode(trace: EpisodeTrace, path: str | Path) -> Path:
     return path
 
 
+def _spaced(t_s: float, last_s: float, period_s: float, slack_s: float) -> bool:
+    """Whether a sample at ``t_s`` is far enough from the last one kept."""
+    return t_s - last_s >= period_s - slack_s - 1e-6
+
+
 class EpisodeRecording:
     """Collects one episode's pictures and signals; ``write`` saves GIF + PNG.
 
@@ -191,7 +196,7 @@ class EpisodeRecording:
         self.closing = False
 
     def wants_frame(self, t_s: float) -> bool:
-        return t_s - self._last_frame_s >= self.frame_period_s - self.frame_slack_s - 1e-6
+        return _spaced(t_s, self._last_frame_s, self.frame_period_s, self.frame_slack_s)
 
     def add_frame(self, t_s: float, image_rgb: np.ndarray, caption: str = "") -> None:
         """Keep the frame (if one is due) with the newest predicted path."""
@@ -208,18 +213,14 @@ class EpisodeRecording:
         self.trace.chunk_arrival_s.append(arrival_s - self.start_s)
         self.trace.chunk_latency_ms.append(float(latency_ms))
 
-    @property
-    def _signal_spacing_s(self) -> float:
-        return self.signal_period_s - self.signal_slack_s - 1e-6
-
     def add_measured(self, t_s: float, positions) -> None:
-        if t_s - self._last_measured_s >= self._signal_spacing_s:
+        if _spaced(t_s, self._last_measured_s, self.signal_period_s, self.signal_slack_s):
             self._last_measured_s = t_s
             self.trace.t_measured_s.append(t_s - self.start_s)
             self.trace.measured.append(np.asarray(positions, dtype=np.float64))
 
     def add_reference(self, t_s: float, positions) -> None:
-        if t_s - self._last_reference_s >= self._signal_spacing_s:
+        if _spaced(t_s, self._last_reference_s, self.signal_period_s, self.signal_slack_s):
             self._last_reference_s = t_s
             self.trace.t_reference_s.append(t_s - self.start_s)
             self.trace.reference.append(np.asarray(positions, dtype=np.float64))

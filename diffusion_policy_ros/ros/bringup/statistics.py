@@ -2,8 +2,8 @@
 
 Chunk latency is the receive time of ``policy/action_chunk`` minus its header stamp
 (observation stamp to chunk arrival), over the measured episodes' chunks when there
-are episodes; ``policy_node``'s own predict time, its chunk
-rate and the tracker's ``period_error_ms`` come from ``/diagnostics``.
+are episodes; ``policy_node``'s own predict time, its chunk rate and the tracker's
+``period_error_ms`` come from ``/diagnostics``.
 """
 
 from __future__ import annotations
