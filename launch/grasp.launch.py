@@ -44,7 +44,7 @@ PACKAGE = "diffusion_policy_ros"
 #: Launch arguments that set a sim_node / policy_node parameter of the same name.
 SIM_ARGUMENTS = ("real_time_factor", "seed", "time_limit_s")
 POLICY_ARGUMENTS = ("device", "precision", "backend", "graph_dir", "num_inference_steps",
-                    "num_samples", "num_threads")
+                    "num_samples", "num_threads", "rate_hz", "tick_source")
 #: Launch defaults that differ from the parameter files.
 POLICY_DEFAULTS = {"device": "auto"}
 
@@ -68,6 +68,9 @@ def _nodes(context, config: str, share: str):
     sim_params = typed_parameters(SimConfig, {name: arg(name) for name in SIM_ARGUMENTS})
     policy_params = typed_parameters(PolicyNodeConfig, {
         "checkpoint": arg("checkpoint"), **{name: arg(name) for name in POLICY_ARGUMENTS}})
+    # rgbd_sync_node makes observations at the policy's rate (only those are used).
+    sync_params = ({"output_rate_hz": policy_params["rate_hz"]} if "rate_hz" in policy_params
+                   else {})
     ns = arg("namespace")
     sim_time = {"use_sim_time": use_sim_time}
     nodes = []
@@ -80,7 +83,8 @@ def _nodes(context, config: str, share: str):
                          "publish_instruction": sim_instructions}]))
     nodes += [
         Node(package=PACKAGE, executable="rgbd_sync_node", name="rgbd_sync_node", namespace=ns,
-             output="screen", parameters=[os.path.join(config, "rgbd_sync.yaml"), sim_time]),
+             output="screen",
+             parameters=[os.path.join(config, "rgbd_sync.yaml"), sim_time, sync_params]),
         Node(package=PACKAGE, executable="policy_node", name="policy_node", namespace=ns,
              output="screen",
              parameters=[os.path.join(config, "policy_node.yaml"), sim_time, policy_params,

@@ -115,6 +115,18 @@ def test_generate_launch_description(path, installed):
     assert _load(path).entities
 
 
+def _given_parameters(node) -> dict:
+    """The parameters a launch_ros Node sets besides its parameter files, evaluated."""
+    from launch import LaunchContext
+    from launch_ros.utilities import evaluate_parameters
+
+    given = {}
+    for entry in evaluate_parameters(LaunchContext(), node._Node__parameters):
+        if isinstance(entry, dict):
+            given.update(entry)
+    return given
+
+
 @requires_launch
 def test_grasp_launch_arguments_are_typed_and_checked_before_any_node(installed):
     from launch_ros.actions import Node
@@ -126,6 +138,15 @@ def test_grasp_launch_arguments_are_typed_and_checked_before_any_node(installed)
                       num_inference_steps="4")
     assert [n.node_executable for n in nodes if isinstance(n, Node)] == [
         "sim_node", "rgbd_sync_node", "policy_node", "pd_tracker_node"]
+    # rate_hz sets the policy's rate and the sync node's observation rate alike.
+    params = {n.node_executable: _given_parameters(n) for n in _evaluate(
+        description, rate_hz="15", tick_source="timer") if isinstance(n, Node)}
+    assert params["rgbd_sync_node"]["output_rate_hz"] == 15.0
+    assert (params["policy_node"]["rate_hz"], params["policy_node"]["tick_source"]) == (
+        15.0, "timer")
+    assert "output_rate_hz" not in _given_parameters(next(
+        n for n in _evaluate(description) if getattr(n, "node_executable", "") ==
+        "rgbd_sync_node"))  # the parameter file's (the policy file's rate)
     # rviz:=true where rviz2 is missing: a warning, the nodes without it (no abort).
     with_rviz = _evaluate(description, use_sim="false", rviz="true")
     rviz_here = all(_installed(p) for p in ("rviz2", "robot_state_publisher"))

@@ -67,6 +67,10 @@ class RgbdSyncConfig:
                               low=0, high=32)
     image_size: list = param([128, 128], "Policy image [height, width] (px), centre crop to "
                              "this aspect then resize", low=8, high=4096)
+    output_rate_hz: float = param(10.0, "Observations per second made from the synchronised "
+                                  "pairs, picked on their stamps (Hz): policy_node's rate_hz, "
+                                  "the only ones it uses; 0 = every pair", low=0.0,
+                                  high=1000.0)
     full_cloud_rate_hz: float = param(5.0, "Rate of camera/points for rviz (Hz); 0 = off",
                                       low=0.0, high=30.0)
     full_cloud_stride: int = param(4, "Pixel stride of camera/points", low=1, high=32)

@@ -21,7 +21,7 @@ publisher that was there first and volatile for ``ros2 topic pub``, see
 ``policy/instruction`` (reliable, transient local): what the policy acts on, for
 the simulation's scoring and for operators. A tick (``tick_source``: by default
 the frame that completes an image + cloud pair, ``rate_hz`` of them a second on
-the frames' stamps, ``policy.tick_schedule``; or a ``rate_hz`` timer) selects To
+the frames' stamps, ``perception.frame_schedule``; or a ``rate_hz`` timer) selects To
 frames one ``action_dt_s`` apart, runs the policy and publishes
 ``policy/action_chunk`` (``header.stamp`` = the newest observation's stamp,
 point k at k * dt, joint_names + gripper_joint), ``policy/markers``
@@ -76,6 +76,7 @@ from visualization_msgs.msg import Marker, MarkerArray
 
 from diffusion_policy_ros.description import URDF_PATH
 from diffusion_policy_ros.monitoring import RateMeter, RollingStats, ThrottledReasons
+from diffusion_policy_ros.perception.frame_schedule import FrameRateSchedule
 from diffusion_policy_ros.perception.image_decoding import FrameRejected, decode_color
 from diffusion_policy_ros.policy.checkpoint import CheckpointError
 from diffusion_policy_ros.policy.devices import DeviceUnavailableError
@@ -85,7 +86,6 @@ from diffusion_policy_ros.policy.node_config import PolicyNodeConfig
 from diffusion_policy_ros.policy.observation_history import ObservationHistory, Refusal
 from diffusion_policy_ros.policy.runner import PolicyRunner
 from diffusion_policy_ros.policy.runtime_backends import BackendError
-from diffusion_policy_ros.policy.tick_schedule import FrameTickSchedule
 from diffusion_policy_ros.ros.conversions import (
     ns_to_stamp,
     raw_image,
@@ -150,7 +150,7 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
         # Work handed to the inference worker.
         self.overrun_ticks = 0
         self.watchdog_ticks = 0
-        self.frame_ticks = (FrameTickSchedule(cfg.rate_hz) if cfg.tick_source == "observation"
+        self.frame_ticks = (FrameRateSchedule(cfg.rate_hz) if cfg.tick_source == "observation"
                             else None)
         self._last_tick_mark_ns: int | None = None  # node clock
         self.discarded_after_restart = 0

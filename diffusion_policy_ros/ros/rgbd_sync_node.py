@@ -2,7 +2,8 @@
 
 Thin adapter around ``perception.sync_buffer`` and ``perception.pipeline``:
 subscribes the camera topics, pairs frames by stamp, publishes
-``observation/image`` and ``observation/points`` with the colour stamp,
+``observation/image`` and ``observation/points`` with the colour stamp (for every
+pair, or ``output_rate_hz`` of them a second: ``perception.frame_schedule``),
 ``camera/points`` at a lower rate for rviz, and ``/diagnostics``.
 """
 
@@ -18,6 +19,7 @@ from sensor_msgs.msg import CameraInfo, Image, PointCloud2
 from std_msgs.msg import Header
 
 from diffusion_policy_ros.monitoring import RateMeter, RollingStats, ThrottledReasons
+from diffusion_policy_ros.perception.frame_schedule import FrameRateSchedule
 from diffusion_policy_ros.perception.image_decoding import FrameRejected
 from diffusion_policy_ros.perception.pipeline import RgbdObservationPipeline, RgbdSyncConfig
 from diffusion_policy_ros.perception.sync_buffer import RgbdSyncBuffer
@@ -49,6 +51,9 @@ class RgbdSyncNode(LeanEventsMixin, Node):
         self.skew_ms = RollingStats()
         self.process_ms = RollingStats()
         self.frames_padded = 0
+        self.output_schedule = (FrameRateSchedule(cfg.output_rate_hz)
+                                if cfg.output_rate_hz > 0 else None)
+        self.pairs_skipped = 0
         self.last_observation = None
         self._window_drops = 0
         self._last_cloud_s = 0.0
@@ -103,6 +108,10 @@ class RgbdSyncNode(LeanEventsMixin, Node):
     def _handle_pairs(self, pairs) -> None:
         for pair in pairs:
             self.skew_ms.add(pair.skew_ns * 1e-6)
+            if self.output_schedule is not None and \
+                    not self.output_schedule.on_frame(pair.stamp_ns):
+                self.pairs_skipped += 1  # not an observation the policy will use
+                continue
             try:
                 self._process(pair)
             except FrameRejected as exc:
@@ -172,6 +181,7 @@ class RgbdSyncNode(LeanEventsMixin, Node):
             "camera_info_total": str(self.rates["camera_info"].total),
             "pairs_total": str(self.buffer.pairs_emitted),
             "observations_total": str(self.rates["output"].total),
+            "pairs_skipped_total": str(self.pairs_skipped),
             "skew_ms_p50": f"{self.skew_ms.percentile(50):.3f}",
             "skew_ms_p99": f"{self.skew_ms.percentile(99):.3f}",
             "processing_ms_p50": f"{self.process_ms.percentile(50):.3f}",

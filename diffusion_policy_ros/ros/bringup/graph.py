@@ -84,9 +84,14 @@ def node_specs(opts: Options, checkpoint: str, rviz_dir: Path | None = None) -> 
         specs.append(NodeSpec("sim_node", "diffusion_policy_ros.ros.sim_node",
                               ["--params-file", str(CONFIG_DIR / "sim.yaml"), *common,
                                *sim_args, *_overrides(opts.sim_params)]))
+    # rgbd_sync_node makes observations at the policy's rate (only those are used); an
+    # output_rate_hz of --sync-param comes later and wins.
+    policy_rate = [pair.split(":=", 1)[1] for pair in opts.policy_params
+                   if pair.split(":=", 1)[0] == "rate_hz"]
+    sync_rate = ["-p", f"output_rate_hz:={policy_rate[-1]}"] if policy_rate else []
     specs += [
         NodeSpec("rgbd_sync_node", "diffusion_policy_ros.ros.rgbd_sync_node",
-                 ["--params-file", str(CONFIG_DIR / "rgbd_sync.yaml"), *common,
+                 ["--params-file", str(CONFIG_DIR / "rgbd_sync.yaml"), *common, *sync_rate,
                   *_overrides(opts.sync_params)]),
         NodeSpec("policy_node", "diffusion_policy_ros.ros.policy_node",
                  ["--params-file", str(CONFIG_DIR / "policy_node.yaml"), *common,

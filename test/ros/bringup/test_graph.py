@@ -45,6 +45,13 @@ def test_episode_options_shape_the_sim_and_overrides_come_last(tmp_path):
     assert sim[-2:] == ["-p", "time_limit_s:=5.0"]
     assert _args(specs, "policy_node")[-2:] == ["-p", "seed:=1"]
     assert "sim_node" not in {s.name for s in node_specs(Options(sim=False), "c")}
+    # The sync node makes observations at the policy's rate unless told otherwise.
+    assert "output_rate_hz" not in " ".join(_args(specs, "rgbd_sync_node"))
+    faster = _args(node_specs(Options(policy_params=["rate_hz:=15.0"]), "c"), "rgbd_sync_node")
+    assert faster[-2:] == ["-p", "output_rate_hz:=15.0"]
+    both = _args(node_specs(Options(policy_params=["rate_hz:=15.0"],
+                                    sync_params=["output_rate_hz:=0.0"]), "c"), "rgbd_sync_node")
+    assert both[-2:] == ["-p", "output_rate_hz:=0.0"]
     # Switching instructions: this process publishes both, the sim none.
     switched = node_specs(Options(episodes=1, switch_after_s=1.0), str(tmp_path))
     assert "publish_instruction:=false" in _args(switched, "sim_node")

@@ -1,19 +1,20 @@
-"""``FrameTickSchedule``: which camera frames start an action chunk.
+"""``FrameRateSchedule``: which frames of a camera stream to use, about ``rate_hz`` a second.
 
-A chunk computed on a timer starts at a random phase to the camera: the newest
-frame it can use is up to one camera period older than it need be (16.7 ms on
-average at 30 Hz). Started by the frame itself, the chunk begins as soon as the
-observation is complete. This schedule picks those frames: about ``rate_hz`` a
-second, on the frames' own stamps (sim time under ``use_sim_time``, the sensor's
-clock on a robot or a bag), so the rate holds whatever the camera's period.
+Two consumers take a 30 Hz camera at a lower rate: ``policy_node`` starts an action
+chunk on the frame that completes its observation (a chunk started on a timer runs at
+a random phase to the camera, so its newest frame is up to one camera period older
+than it need be), and ``rgbd_sync_node`` turns only the frames the policy will use
+into observations (``output_rate_hz``). Both decide on the frames' own stamps (sim
+time under ``use_sim_time``, the sensor's clock on a robot or a bag), so the rate
+holds whatever the camera's period, and two schedules at the same rate in a row pick
+the same frames.
 
 A frame is due when its stamp reaches the next due time less half a frame interval
 (the median of the last few intervals between consecutive stamps, so a dropped frame
 does not widen it); the next due time then moves on by one period, or, when the due
-frame was missing and a later one started the chunk, restarts one period after that
-frame (two chunks are never closer than a period less a frame interval). A stamp
-that goes back (a bag loop, a simulated reset on its own clock) restarts the
-schedule.
+frame was missing and a later one was taken, restarts one period after that frame
+(two taken frames are never closer than a period less a frame interval). A stamp that
+goes back (a bag loop, a simulated reset on its own clock) restarts the schedule.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ import statistics
 INTERVALS_KEPT = 8
 
 
-class FrameTickSchedule:
-    """``on_frame(stamp_ns)`` says whether a completed frame should start a chunk."""
+class FrameRateSchedule:
+    """``on_frame(stamp_ns)`` says whether a frame is due (to be used) at ``rate_hz``."""
 
     def __init__(self, rate_hz: float):
         if not rate_hz > 0:
@@ -37,7 +38,7 @@ class FrameTickSchedule:
         self._intervals_ns: collections.deque[int] = collections.deque(maxlen=INTERVALS_KEPT)
 
     def restart(self) -> None:
-        """The next frame starts a chunk (a new task, a new stream)."""
+        """The next frame is due (a new task, a new stream)."""
         self._next_due_ns = None
         self._last_frame_ns = None
 
@@ -61,7 +62,8 @@ class FrameTickSchedule:
 
     def _tolerance_ns(self) -> int:
         """Half a frame interval (at most half a period): the frame nearest the due time
-        wins, whether it comes a little before or after it."""
+        is taken, whether it comes a little before or after it, and a stream already at
+        the rate keeps every frame."""
         if not self._intervals_ns:
             return 0
         return min(int(statistics.median(self._intervals_ns)), self.period_ns) // 2
