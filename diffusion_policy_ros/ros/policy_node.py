@@ -53,10 +53,16 @@ code's design"). Lifecycle transitions run on the executor thread: configure (lo
 warm-up, seconds) holds incoming messages in their queues meanwhile. The observation
 history and the language cache are thread-safe; everything else the worker reads is
 swapped atomically.
+
+Priority (``niceness``, -10 in config/policy_node.yaml): every thread of the node runs
+ahead of normal-priority work, so on a busy machine a chunk is computed in one go
+rather than in slices between a simulation's, a recorder's and a sync node's wake-ups
+(figures in docs/lightdp.md); pd_tracker_node's SCHED_FIFO loop still comes first.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -97,6 +103,7 @@ from diffusion_policy_ros.ros.lean_events import LeanEventsMixin
 from diffusion_policy_ros.ros.node_main import run_node
 from diffusion_policy_ros.ros.params import declare_config
 from diffusion_policy_ros.ros.polled import PolledSubscription
+from diffusion_policy_ros.ros.realtime import request_niceness
 
 #: Runner stages reported on /diagnostics (``PolicyRunner.last_timings_ms`` keys).
 STAGES = ("language", "rgb_encoder", "point_encoder", "grounding", "tool_target",
@@ -119,6 +126,11 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
         super().__init__("policy_node", **kwargs)
         self.config: PolicyNodeConfig = declare_config(self, PolicyNodeConfig)
         cfg = self.config
+        problem = request_niceness(cfg.niceness)
+        self.scheduling = f"niceness {os.getpriority(os.PRIO_PROCESS, 0)}"
+        if cfg.niceness and problem:
+            self.get_logger().warning(f"niceness: {problem}; running as started "
+                                      f"({self.scheduling}): chunks share the CPU evenly")
         self.joint_names = cfg.action_joint_names
         self.history = ObservationHistory(self.joint_names, keep_s=cfg.max_obs_age_s + 1.0)
         self.refusals = ThrottledReasons(period_s=2.0)
@@ -192,7 +204,8 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
         self.get_logger().info(
             f"policy_node up ({'autostart' if cfg.autostart else 'waiting for configure'}): "
             f"checkpoint '{cfg.checkpoint}', device {cfg.device}, {cfg.precision}, "
-            f"{cfg.rate_hz:g} Hz, max observation age {cfg.max_obs_age_s:g} s")
+            f"{cfg.rate_hz:g} Hz, max observation age {cfg.max_obs_age_s:g} s, "
+            f"{self.scheduling}")
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -581,6 +594,7 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
             "chunks_total": str(self.chunk_rate.total),
             "overrun_ticks": str(self.overrun_ticks),
             "tick_source": self.config.tick_source,
+            "scheduling": self.scheduling,
             "watchdog_ticks": str(self.watchdog_ticks),
             "history_restarts": str(h.generation),
             "discarded_after_restart": str(self.discarded_after_restart),

@@ -67,3 +67,30 @@ def test_periodic_thread_keeps_a_failure_for_its_owner():
     loop.stop()  # joins the thread, which has ended with the failure
     assert not loop.running
     assert isinstance(loop.failure, ValueError)
+
+
+def test_niceness_reaches_every_thread_and_those_started_later():
+    # In a child: niceness cannot be lowered back without privileges. A positive one
+    # needs none, so this runs the same as root and as a user.
+    code = """
+import os, threading
+from diffusion_policy_ros.ros.realtime import request_niceness
+ready, done = threading.Event(), threading.Event()
+before = threading.Thread(target=lambda: (ready.set(), done.wait()))
+before.start(); ready.wait()
+print(request_niceness(0))
+print(request_niceness(7) or "granted")
+seen = {}
+after = threading.Thread(target=lambda: seen.update(n=os.getpriority(os.PRIO_PROCESS, 0)))
+after.start(); after.join(); done.set(); before.join()
+print(sorted({os.getpriority(os.PRIO_PROCESS, int(t)) for t in os.listdir("/proc/self/task")}))
+print(seen["n"])
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, env=os.environ.copy(), check=True).stdout.splitlines()
+    start_niceness = os.getpriority(os.PRIO_PROCESS, 0)
+    assert out[0] == "not requested"
+    if start_niceness <= 7:
+        assert out[1:] == ["granted", "[7]", "7"]
+    else:  # raising it back towards 7 needs privileges: refused with the reason
+        assert "niceness 7" in out[1]
