@@ -392,8 +392,9 @@ def test_configure_failures_return_failure_with_the_reason(ros, assets, corrupt_
 
     graph_dir = {"onnx_other_weights": exported[1], "onnx_other_steps": exported[0],
                  "aot_from_onnx_dir": exported[0]}.get(case)
+    # niceness 0: in this process a node's niceness would be the whole test run's.
     params = {"checkpoint": str(corrupt_checkpoint if case == "corrupt" else assets[0]),
-              "num_threads": 0, **overrides}
+              "num_threads": 0, "niceness": 0, **overrides}
     if graph_dir is not None:
         params["graph_dir"] = str(graph_dir)
     node = PolicyNode(context=ros.context, parameter_overrides=[
