@@ -346,8 +346,10 @@ def test_sim_clock_runs_at_real_time_factor_and_episodes_auto_reset(ros, start_n
             (ratios, values["real_time_factor"])
     print(f"measured: /clock advances {ratios[-1]:.2f}x wall time, diagnostics "
           f"{h.value('real_time_factor')}, joint_states {h.value('joint_states_rate_hz')} Hz")
-    # Every stamp is sim time: joint_states agree with /clock, not with the wall clock.
-    assert abs(h.joint_states[-1][0] - h.clock[-1][1]) < 0.2e9
+    # Every stamp is sim time: joint_states lie within what /clock said, not near the wall
+    # clock (this process may take the 1000 a second later than the newest /clock).
+    assert h.clock[0][1] - 0.2e9 <= h.joint_states[-1][0] <= h.clock[-1][1] + 0.2e9, (
+        h.joint_states[-1][0], h.clock[0][1], h.clock[-1][1])
     stamps = [s for s, *_ in h.joint_states]
     assert all(b > a for a, b in zip(stamps, stamps[1:], strict=False))
     # Rates hold in sim time: joint_states every 2 ms and camera frames every 33.3 ms of
