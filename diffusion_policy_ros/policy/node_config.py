@@ -49,9 +49,9 @@ class PolicyNodeConfig:
     niceness: int = param(
         -10, "CPU niceness of every thread of the process this node runs in (-20..19; 0 = "
         "as started): below 0 its chunks run ahead of normal-priority work (a simulation, "
-        "a recorder), never "
-        "ahead of pd_tracker_node's SCHED_FIFO loop. Needs CAP_SYS_NICE or a 'nice' limit; "
-        "without it the node runs as started and says so", low=-20, high=19)
+        "a recorder), never ahead of pd_tracker_node's SCHED_FIFO loop. Needs CAP_SYS_NICE "
+        "or a 'nice' limit; without it the node runs as started and says so",
+        low=-20, high=19)
     rate_hz: float = param(10.0, "Action chunks per second (on the frames' stamps, or the "
                            "node clock with tick_source timer)", low=0.1, high=200.0)
     tick_source: str = param(

@@ -49,17 +49,16 @@ def request_niceness(niceness: int) -> str:
         return "not requested"
     tasks = "/proc/self/task"
     tids = [int(t) for t in os.listdir(tasks)] if os.path.isdir(tasks) else [0]
-    try:
-        for tid in tids:
-            try:
-                os.setpriority(os.PRIO_PROCESS, tid, niceness)
-            except ProcessLookupError:
-                continue  # the thread ended meanwhile
-    except PermissionError:
-        return (f"no permission for niceness {niceness} (needs CAP_SYS_NICE or a 'nice' "
-                "limit in /etc/security/limits.conf)")
-    except OSError as exc:
-        return f"niceness {niceness} refused: {exc}"
+    for tid in tids:
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, niceness)
+        except ProcessLookupError:
+            continue  # the thread ended meanwhile
+        except PermissionError:
+            return (f"no permission for niceness {niceness} (needs CAP_SYS_NICE or a 'nice' "
+                    "limit in /etc/security/limits.conf)")
+        except OSError as exc:
+            return f"niceness {niceness} refused: {exc}"
     return ""
 
 

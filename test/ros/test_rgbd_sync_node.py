@@ -51,6 +51,22 @@ class KinectFeed:
         msg.header.stamp = ns_to_stamp(stamp_ns)
         self.pubs[name].publish(msg)
 
+    def warm_up(self, observed, start_ns: int, log=lambda: "") -> int:
+        """Wait for discovery, then stream frames from ``start_ns`` until ``observed`` (the
+        test's received observations) holds one: publisher-side matching can complete
+        before the node's readers accept data. The last stamp sent."""
+        ros = self.ros
+        ros.spin_until(lambda: all(p.get_subscription_count() > 0 for p in self.pubs.values())
+                       and ros.node.count_publishers("observation/points") > 0, 30.0,
+                       "discovery of rgbd_sync_node")
+        stamp = start_ns
+        while not observed:
+            stamp += PERIOD_NS
+            assert stamp < start_ns + 600 * PERIOD_NS, "no observation within 20 s\n" + log()
+            self.frame(stamp, stamp)
+            ros.spin_for(1 / 30)
+        return stamp
+
     def frame(self, color_ns: int | None, depth_ns: int | None, color=None, depth=None,
               info=None):
         """One camera frame; a stamp of None loses that image (the driver or the network)."""
@@ -91,18 +107,7 @@ def test_sync_node_pairs_kinect_stream_and_survives_bad_input(ros, sync_node):
                     return {kv.key: kv.value for kv in status.values}
         return {}
 
-    ros.spin_until(lambda: all(p.get_subscription_count() > 0 for p in feed.pubs.values())
-                   and ros.node.count_publishers("observation/points") > 0, 30.0,
-                   "discovery of rgbd_sync_node")
-
-    # Publisher-side matching can complete before the node's readers accept data, so
-    # stream warm-up frames until one comes back through the whole path.
-    t_warm = 900_000_000_000
-    while not clouds:
-        t_warm += PERIOD_NS
-        assert t_warm < 900_000_000_000 + 600 * PERIOD_NS, "no observation within 20 s"
-        feed.frame(t_warm, t_warm)
-        ros.spin_for(1 / 30)
+    t_warm = feed.warm_up(clouds, 900_000_000_000, sync_node.log)
 
     def settled_counters() -> dict[str, int]:
         """The node's counters once it has taken in everything sent: two consecutive
@@ -305,16 +310,7 @@ def test_shipped_config_makes_observations_at_the_policy_rate_on_the_frames_stam
                                  QoSProfile(depth=100))
     ros.node.create_subscription(DiagnosticArray, "/diagnostics", diags.append,
                                  QoSProfile(depth=100))
-    ros.spin_until(lambda: all(p.get_subscription_count() > 0 for p in feed.pubs.values())
-                   and ros.node.count_publishers("observation/points") > 0, 30.0,
-                   "discovery of rgbd_sync_node")
-    stamp = 500_000_000_000
-    while not clouds:  # until the node's readers take data
-        stamp += PERIOD_NS
-        assert stamp < 500_000_000_000 + 600 * PERIOD_NS, "no observation within 20 s\n" + \
-            node.log()
-        feed.frame(stamp, stamp)
-        ros.spin_for(1 / 30)
+    feed.warm_up(clouds, 500_000_000_000, node.log)
     first = clouds[-1]
     sent = [first + (i + 1) * PERIOD_NS for i in range(60)]
     for s in sent:

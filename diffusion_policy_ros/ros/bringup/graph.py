@@ -86,8 +86,8 @@ def node_specs(opts: Options, checkpoint: str, rviz_dir: Path | None = None) -> 
                                *sim_args, *_overrides(opts.sim_params)]))
     # rgbd_sync_node makes observations at the policy's rate (only those are used); an
     # output_rate_hz of --sync-param comes later and wins.
-    policy_rate = [pair.split(":=", 1)[1] for pair in opts.policy_params
-                   if pair.split(":=", 1)[0] == "rate_hz"]
+    policy_rate = [value for key, _, value in (p.partition(":=") for p in opts.policy_params)
+                   if key == "rate_hz"]
     sync_rate = ["-p", f"output_rate_hz:={policy_rate[-1]}"] if policy_rate else []
     specs += [
         NodeSpec("rgbd_sync_node", "diffusion_policy_ros.ros.rgbd_sync_node",
