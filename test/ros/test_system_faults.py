@@ -17,6 +17,7 @@ unsafe-speed stop.
 """
 
 import math
+import time
 
 import pytest
 from diagnostic_msgs.msg import DiagnosticArray
@@ -45,6 +46,7 @@ class Graph:
         self.chunks: list[tuple[float, int]] = []  # (receive ns on the ROS clock, stamp ns)
         self.diag: dict[str, dict[str, str]] = {}
         self.speed_rad_s = math.inf
+        self.state_received_ns = 0  # steady clock: when this process last took a joint_states
         node = ros.node
         node.create_subscription(JointTrajectory, "policy/action_chunk", self._on_chunk,
                                  QoSProfile(depth=10))
@@ -65,12 +67,21 @@ class Graph:
 
     def _on_state(self, msg):
         self.speed_rad_s = max(abs(v) for v in msg.velocity[:6])
+        self.state_received_ns = time.monotonic_ns()
 
     def value(self, node: str, key: str) -> str:
         return self.diag.get(node, {}).get(key, "")
 
     def chunks_after(self, t_ns: int) -> list[tuple[float, int]]:
         return [c for c in self.chunks if c[0] > t_ns]
+
+    def state_report(self) -> str:
+        """Whether joint_states still reach this process too: tells a stalled sim from a
+        stalled tracker when the tracker reports stale states."""
+        age_s = (time.monotonic_ns() - self.state_received_ns) / 1e9
+        return (f"joint_states last reached the test {age_s:.3f} s ago; "
+                f"sim_node {self.diag.get('sim_node')}; "
+                f"pd_tracker_node {self.diag.get('pd_tracker_node')}")
 
 
 @pytest.mark.parametrize("saturated", [False, True],
@@ -136,8 +147,8 @@ def test_camera_loss_and_policy_crash_leave_the_arm_holding(ros, start_node, tin
     policy.proc.wait(10)
     ros.spin_for(1.5)
     assert len(g.chunks) == n
-    assert g.value("pd_tracker_node", "mode") == "holding"
-    assert g.speed_rad_s < STILL_RAD_S
+    assert g.value("pd_tracker_node", "mode") == "holding", g.state_report()
+    assert g.speed_rad_s < STILL_RAD_S, g.state_report()
     # The tracker goes on commanding the hold: the sim sees fresh commands (on a saturated
     # wall clock one may come later than the 10 ms expiry now and then: wait for a report
     # of fresh ones rather than reading a single one).
