@@ -1,4 +1,5 @@
-"""Pure helpers for node health reporting: rates, latency percentiles, throttled reasons."""
+"""Pure helpers for node health reporting: rates, latency percentiles, blocking calls,
+throttled reasons."""
 
 from __future__ import annotations
 
@@ -57,6 +58,29 @@ class RateMeter:
         while self._times and self._times[0] < now_s - self.window_s:
             self._times.popleft()
         return len(self._times) / self.window_s
+
+
+class BlockingWatch:
+    """Durations of a call that must not block (a publish in a control loop): the
+    longest since the last report, and how many reached ``stall_s``."""
+
+    def __init__(self, stall_s: float):
+        self.stall_s = stall_s
+        self.stalls = 0
+        self._max_s = 0.0
+
+    def note(self, took_s: float) -> bool:
+        """Record one call; True when it was a stall (counted)."""
+        self._max_s = max(self._max_s, took_s)
+        if took_s < self.stall_s:
+            return False
+        self.stalls += 1
+        return True
+
+    def take_max_s(self) -> float:
+        """The longest call since the last take (0 without calls)."""
+        longest, self._max_s = self._max_s, 0.0
+        return longest
 
 
 class ThrottledReasons:

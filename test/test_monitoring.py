@@ -3,6 +3,7 @@
 import pytest
 
 from diffusion_policy_ros.monitoring import (
+    BlockingWatch,
     RateMeter,
     RollingStats,
     ThrottledReasons,
@@ -18,6 +19,17 @@ def test_throttled_reasons_count_everything_and_log_each_reason_once_per_period(
     # Another reason has its own period: a flood of one never hides the other.
     assert reasons.record("wrong_length", 0.6) and not reasons.record("wrong_length", 1.0)
     assert reasons.counts == {"non_finite": 6, "wrong_length": 2}
+
+
+def test_blocking_watch_counts_stalls_and_reports_the_longest_call_once():
+    watch = BlockingWatch(stall_s=0.1)
+    assert [watch.note(t) for t in (0.0002, 0.05, 0.1, 1.2, 0.0003)] == [False, False, True,
+                                                                         True, False]
+    assert watch.stalls == 2
+    assert watch.take_max_s() == 1.2
+    assert watch.take_max_s() == 0.0  # a report covers the calls since the last one
+    watch.note(0.002)
+    assert watch.take_max_s() == 0.002 and watch.stalls == 2
 
 
 def test_rate_meter_counts_ticks_in_its_window_and_decays_to_zero():

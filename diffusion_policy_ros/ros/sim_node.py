@@ -67,7 +67,9 @@ Malformed commands (wrong length, NaN/inf, a multi-array layout other than one
 dimension of the data's length) are rejected; efforts beyond the joint limits
 and openings beyond the stroke are clamped by the scene. Both are counted per
 reason on ``/diagnostics`` and logged throttled per reason. Rates on ``/diagnostics``
-are per wall-clock second; ``real_time_factor`` there is the achieved one.
+are per wall-clock second; ``real_time_factor`` there is the achieved one. A
+``joint_states`` publish that blocks the loop for ``PUBLISH_STALL_S`` or more (the
+transport, not load) is logged as an error, counted (``publish_stalls``) and WARNs.
 """
 
 from __future__ import annotations
@@ -89,7 +91,12 @@ from std_srvs.srv import SetBool, Trigger
 
 from diffusion_policy_ros.control import PdTrackerConfig
 from diffusion_policy_ros.control.publish_gates import RateGate
-from diffusion_policy_ros.monitoring import RateMeter, RollingStats, ThrottledReasons
+from diffusion_policy_ros.monitoring import (
+    BlockingWatch,
+    RateMeter,
+    RollingStats,
+    ThrottledReasons,
+)
 from diffusion_policy_ros.ros.conversions import camera_info_msg, image_msg, ns_to_stamp
 from diffusion_policy_ros.ros.lean_events import LeanEventsMixin
 from diffusion_policy_ros.ros.node_main import run_node
@@ -109,6 +116,9 @@ CAMERA_FRAME = "rgb_camera_link"
 _EPISODE_KEYS = {"episode": "episode", "sim_time_s": "sim_time_s"}
 #: ``sim/episode`` statuses that end an episode.
 TERMINAL = ("success", "wrong_object", "timeout")
+#: A ``joint_states`` publish longer than this is the transport blocking the simulation,
+#: not load: a descheduled thread on a saturated machine loses tens of ms, not this.
+PUBLISH_STALL_S = 0.1
 
 
 def command_values(msg: Float64MultiArray, expected: int) -> tuple[np.ndarray | None, str, str]:
@@ -187,6 +197,8 @@ class SimNode(LeanEventsMixin, Node):
         self._stale_log = ThrottledReasons(period_s=2.0)
         self.rates = {name: RateMeter() for name in ("joint_states", "camera", "commands")}
         self.loop_ms = RollingStats(window=2000)
+        self.publish_watch = BlockingWatch(PUBLISH_STALL_S)
+        self._publish_log = ThrottledReasons(period_s=2.0)
 
         # Episode and command state (all callbacks run in one thread: no locks).
         self._offset_s = 0.0
@@ -539,9 +551,21 @@ class SimNode(LeanEventsMixin, Node):
         msg.position = scene.joint_positions().tolist()
         msg.velocity = scene.joint_velocities().tolist()
         msg.effort = scene.joint_efforts().tolist()
+        start_s = time.perf_counter()
         self.joint_pub.publish(msg)
+        self._note_publish_s(time.perf_counter() - start_s)
         self._last_joint_state = msg
         self.rates["joint_states"].tick(time.monotonic())
+
+    def _note_publish_s(self, took_s: float) -> None:
+        """Reports a publish that blocked: the sim cannot step meanwhile, so every
+        subscriber's states go stale (the tracker faults); say so where it starts."""
+        if self.publish_watch.note(took_s) and self._publish_log.record("stall",
+                                                                         time.monotonic()):
+            self.get_logger().error(
+                f"publishing joint_states blocked the simulation for {took_s:.2f} s: DDS "
+                f"could not hand the message over (e.g. a subscriber process that died "
+                f"mid-transfer) [{self.publish_watch.stalls} so far]")
 
     def _publish_frame(self, token: tuple, rgbd: RgbdFrame) -> None:
         """On the render thread: the drawn frame as the Kinect driver's three topics."""
@@ -571,6 +595,9 @@ class SimNode(LeanEventsMixin, Node):
             problems.append(f"commands stale ({age:.2f} s without an arm command): holding")
         if rtf < 0.9 * cfg.real_time_factor:
             problems.append(f"real-time factor {rtf:.2f}, below {cfg.real_time_factor:g}")
+        publish_max_s = self.publish_watch.take_max_s()
+        if publish_max_s >= PUBLISH_STALL_S:
+            problems.append(f"a joint_states publish blocked for {publish_max_s:.2f} s")
         status = DiagnosticStatus(name=f"{self.get_name()}: simulation", hardware_id="sim")
         if self._paused:
             status.level, status.message = DiagnosticStatus.OK, "paused (~/pause resumes)"
@@ -599,6 +626,8 @@ class SimNode(LeanEventsMixin, Node):
             "commands_stale": str(self._stale).lower(),
             "command_age_s": command_age,
             "command_timeouts": str(self.command_timeouts),
+            "joint_states_publish_ms_max": f"{publish_max_s * 1e3:.3f}",
+            "publish_stalls": str(self.publish_watch.stalls),
             "lockstep": ("off" if not self._lockstep_configured()
                          else "free_run" if self.lockstep.free_running else "on"),
             "lockstep_timeouts": str(self.lockstep.timeouts),

@@ -180,6 +180,9 @@ def test_sim_node_streams_obeys_commands_and_resets(ros, sim_node):
     print(f"measured: joint_states {js_rate:.0f} Hz, camera {cam_rate:.1f} Hz, diagnostics "
           f"{h.value('joint_states_rate_hz')} / {h.value('camera_rate_hz')} Hz, loop p99 "
           f"{h.value('loop_ms_p99')} ms, render p50 {h.value('render_ms_p50')} ms")
+    # No joint_states publish blocked the loop (the transport never held the sim).
+    assert h.value("publish_stalls") == "0", h.diagnostics()
+    assert float(h.value("joint_states_publish_ms_max")) < 100.0, h.diagnostics()
 
     # Instruction: latched, so a subscriber that comes long after the episode start gets it.
     late = []

@@ -77,7 +77,8 @@ class Graph:
 
     def state_report(self) -> str:
         """Whether joint_states still reach this process too: tells a stalled sim from a
-        stalled tracker when the tracker reports stale states."""
+        stalled tracker when the tracker reports stale states (sim_node reports and logs
+        a publish that blocked it)."""
         age_s = (time.monotonic_ns() - self.state_received_ns) / 1e9
         return (f"joint_states last reached the test {age_s:.3f} s ago; "
                 f"sim_node {self.diag.get('sim_node')}; "
@@ -147,8 +148,8 @@ def test_camera_loss_and_policy_crash_leave_the_arm_holding(ros, start_node, tin
     policy.proc.wait(10)
     ros.spin_for(1.5)
     assert len(g.chunks) == n
-    assert g.value("pd_tracker_node", "mode") == "holding", g.state_report()
-    assert g.speed_rad_s < STILL_RAD_S, g.state_report()
+    assert g.value("pd_tracker_node", "mode") == "holding", f"{g.state_report()}\n{logs()}"
+    assert g.speed_rad_s < STILL_RAD_S, f"{g.state_report()}\n{logs()}"
     # The tracker goes on commanding the hold: the sim sees fresh commands (on a saturated
     # wall clock one may come later than the 10 ms expiry now and then: wait for a report
     # of fresh ones rather than reading a single one).
