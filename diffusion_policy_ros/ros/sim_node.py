@@ -500,7 +500,7 @@ class SimNode(LeanEventsMixin, Node):
                 # DDS can lose a sample even on a reliable topic (measured here while the
                 # camera's images flow) and repairs it only when a later sample reveals the
                 # gap; in a lockstep nothing later comes, so the state is published again.
-                self.joint_pub.publish(self._last_joint_state)
+                self._publish_watched(self._last_joint_state)
                 if self._lockstep_log.record("resend", start):
                     self.get_logger().warning(
                         f"lockstep: no arm command {self.config.lockstep_resend_s * 1e3:.0f} ms "
@@ -551,15 +551,17 @@ class SimNode(LeanEventsMixin, Node):
         msg.position = scene.joint_positions().tolist()
         msg.velocity = scene.joint_velocities().tolist()
         msg.effort = scene.joint_efforts().tolist()
-        start_s = time.perf_counter()
-        self.joint_pub.publish(msg)
-        self._note_publish_s(time.perf_counter() - start_s)
+        self._publish_watched(msg)
         self._last_joint_state = msg
         self.rates["joint_states"].tick(time.monotonic())
 
-    def _note_publish_s(self, took_s: float) -> None:
-        """Reports a publish that blocked: the sim cannot step meanwhile, so every
-        subscriber's states go stale (the tracker faults); say so where it starts."""
+    def _publish_watched(self, msg: JointState) -> None:
+        """Publishes joint_states and reports a publish that blocked: the sim cannot step
+        meanwhile, so every subscriber's states go stale (the tracker faults); say so
+        where it starts."""
+        start_s = time.perf_counter()
+        self.joint_pub.publish(msg)
+        took_s = time.perf_counter() - start_s
         if self.publish_watch.note(took_s) and self._publish_log.record("stall",
                                                                          time.monotonic()):
             self.get_logger().error(
