@@ -15,7 +15,8 @@ setup(
         ("share/ament_index/resource_index/packages", [f"resource/{package_name}"]),
         (f"share/{package_name}", ["package.xml"]),
         (f"share/{package_name}/launch", glob("launch/*.launch.py")),
-        (f"share/{package_name}/config", glob("config/*.yaml") + glob("config/*.rviz")),
+        (f"share/{package_name}/config",
+         glob("config/*.yaml") + glob("config/*.rviz") + glob("config/*.xml")),
         (f"share/{package_name}/urdf", ["diffusion_policy_ros/description/arm.urdf"]),
         *[(f"share/{package_name}/checkpoints/{name}", glob(f"checkpoints/{name}/*.*"))
           for name in ("grasp_unet_cd", "grasp_unet")],

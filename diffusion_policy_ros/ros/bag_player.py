@@ -36,6 +36,7 @@ from rclpy.qos import DurabilityPolicy, QoSProfile
 from rosgraph_msgs.msg import Clock
 
 from diffusion_policy_ros.learning.episode_bag import TOPIC_INSTRUCTION, BagError, open_bag
+from diffusion_policy_ros.ros.dds_profiles import use_package_dds_profiles
 
 
 @dataclasses.dataclass
@@ -288,6 +289,7 @@ def run(options: PlayOptions) -> int:
     """``dpr replay --publish``: exit code 0, or 2 for an unusable bag."""
     import sys
 
+    use_package_dds_profiles()
     rclpy.init()
     try:
         report = play(options)

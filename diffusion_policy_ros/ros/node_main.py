@@ -10,10 +10,12 @@ from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 
 from diffusion_policy_ros.config import ConfigError
+from diffusion_policy_ros.ros.dds_profiles import use_package_dds_profiles
 
 
 def run_node(factory: Callable[[], Node], name: str, args=None) -> None:
     """Spin ``factory()`` until shutdown; invalid parameters exit with status 2."""
+    use_package_dds_profiles(args)
     rclpy.init(args=args)
     node = None
     try:

@@ -35,6 +35,7 @@ from diffusion_policy_ros.ros.conversions import (
     stamp_to_ns,
     xyzrgb_from_cloud_msg,
 )
+from diffusion_policy_ros.ros.dds_profiles import use_package_dds_profiles
 from diffusion_policy_ros.ros.processes import stop_process
 
 CAMERAS = {"1280x720": KINECT_720P, "640x576": KINECT_NFOV}
@@ -117,6 +118,7 @@ def run(seconds: float = 10.0, resolution: str = "1280x720") -> int:
     node_proc = subprocess.Popen([sys.executable, "-m", "diffusion_policy_ros.ros.rgbd_sync_node",
                                   "--ros-args", "--params-file",
                                   str(CONFIG_DIR / "rgbd_sync.yaml")])
+    use_package_dds_profiles()
     rclpy.init()
     try:
         kinect = SyntheticKinect(CAMERAS[resolution], RgbdSyncConfig().camera_to_base())

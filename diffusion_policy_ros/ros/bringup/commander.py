@@ -36,6 +36,7 @@ from std_srvs.srv import SetBool, Trigger
 from trajectory_msgs.msg import JointTrajectory
 
 from diffusion_policy_ros.ros.bringup.statistics import OUTCOMES, finite_or_none, percentiles
+from diffusion_policy_ros.ros.dds_profiles import namespace_ros_args, use_package_dds_profiles
 from diffusion_policy_ros.ros.lean_events import LeanNode
 
 #: The package's nodes in a grasp graph (each reports on /diagnostics).
@@ -69,6 +70,7 @@ class GraspCommander:
                  node_name: str = "grasp_commander"):
         self._owns_rclpy = not rclpy.ok()
         if self._owns_rclpy:
+            use_package_dds_profiles(namespace_ros_args(namespace))
             rclpy.init()
         self.stop_reason = stop_reason
         namespace = namespace.strip("/")

@@ -42,6 +42,7 @@ from diffusion_policy_ros.ros.bringup.graph import node_specs
 from diffusion_policy_ros.ros.bringup.options import BringupError, Options, validate
 from diffusion_policy_ros.ros.bringup.statistics import format_summary, percentiles, summarize
 from diffusion_policy_ros.ros.bringup.supervisor import NodeProcesses
+from diffusion_policy_ros.ros.dds_profiles import namespace_ros_args, use_package_dds_profiles
 
 STATUS_PERIOD_S = 10.0
 
@@ -170,6 +171,7 @@ def run(opts: Options) -> int:
         processes.start()  # before rclpy.init: no threads yet when the children fork
         # args=[]: this process's own argv are dpr options; rcl would read a node
         # override such as backend:=aotinductor among them as a remap rule of its own.
+        use_package_dds_profiles(namespace_ros_args(opts.namespace))
         rclpy.init(args=[], signal_handler_options=SignalHandlerOptions.NO)
         commander = GraspCommander(
             namespace=opts.namespace, use_sim_time=opts.use_sim_time,
