@@ -1,16 +1,18 @@
 """``dpr bench frozen-subscriber``: does a frozen subscriber hold the sim's publish?
 
 ``sim_node`` (wall clock, ``config/sim.yaml``) and ``pd_tracker_node`` run as on a real
-arm; a third process, an unconfigured ``policy_node``, subscribes ``joint_states`` and
-is frozen (SIGSTOP) for ``freeze_s`` and resumed (SIGCONT), ``cycles`` times, as a
-debugger, a Ctrl-Z or a suspended container would. Counted per block: ``sim_node``'s
-``publish_stalls`` and the tracker's ``faults`` (from their ``/diagnostics``), the
-freezes during which this process saw ``joint_states`` stop for ``gap_stall_s`` or
-more, and ``sim_node``'s CPU per wall second.
+arm, next to an unconfigured ``policy_node`` (a ``joint_states`` subscriber). One
+process, the policy or (``frozen="rgbd_sync_node"``, then started too) the camera
+images' subscriber, is frozen (SIGSTOP) for ``freeze_s`` and resumed (SIGCONT),
+``cycles`` times, as a debugger, a Ctrl-Z or a suspended container would. Counted per
+block: ``sim_node``'s ``publish_stalls`` and the tracker's ``faults`` (from their
+``/diagnostics``), the freezes during which this process saw ``joint_states`` stop for
+``gap_stall_s`` or more, and ``sim_node``'s CPU per wall second.
 
 Two configurations, interleaved block by block: ``package`` (the nodes' default,
 ``config/fastdds_profiles.xml``: control topics' readers on UDP loopback) and
-``shm`` (an empty profile file: Fast DDS's shared memory for every local reader).
+``shm`` (a profiles file without the control topics: Fast DDS's shared memory for
+every local reader).
 This process's own reader is not frozen and keeps Fast DDS's default.
 """
 
@@ -38,7 +40,11 @@ from diffusion_policy_ros.ros.dds_profiles import PROFILES_ENV, PROFILES_FILE
 from diffusion_policy_ros.ros.processes import stop_process
 
 CONFIGS = ("package", "shm")
-EMPTY_PROFILES = '<?xml version="1.0"?>\n<dds xmlns="http://www.eprosima.com"><profiles/></dds>\n'
+FROZEN = ("policy_node", "rgbd_sync_node")
+#: No reader settings at all (Fast DDS logs an error for a file without any profile).
+NO_READER_PROFILES = ('<?xml version="1.0"?>\n<dds xmlns="http://www.eprosima.com"><profiles>'
+                      '<data_reader profile_name="/frozen_subscriber_bench/unused"/>'
+                      '</profiles></dds>\n')
 
 
 def _cpu_s(pid: int) -> float:
@@ -100,14 +106,14 @@ def _start(module: str, params: list[str], env: dict[str, str], log_dir: Path) -
                                 env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
-def _block(probe: _Probe, config: str, cycles: int, freeze_s: float, gap_s: float,
-           gap_stall_s: float, work_dir: Path) -> dict:
+def _block(probe: _Probe, config: str, frozen_node: str, cycles: int, freeze_s: float,
+           gap_s: float, gap_stall_s: float, work_dir: Path) -> dict:
     env = dict(os.environ)
     if config == "package":
         env[PROFILES_ENV] = str(PROFILES_FILE)
     else:
-        empty = work_dir / "empty_profiles.xml"
-        empty.write_text(EMPTY_PROFILES, encoding="utf-8")
+        empty = work_dir / "no_reader_profiles.xml"
+        empty.write_text(NO_READER_PROFILES, encoding="utf-8")
         env[PROFILES_ENV] = str(empty)
     nodes = "diffusion_policy_ros.ros."
     procs = {
@@ -120,12 +126,18 @@ def _block(probe: _Probe, config: str, cycles: int, freeze_s: float, gap_s: floa
                               ["--params-file", str(CONFIG_DIR / "policy_node.yaml")],
                               env, work_dir),
     }
-    frozen = procs["policy_node"]
+    if frozen_node == "rgbd_sync_node":
+        procs[frozen_node] = _start(nodes + frozen_node,
+                                    ["--params-file", str(CONFIG_DIR / "rgbd_sync.yaml")],
+                                    env, work_dir)
+    frozen = procs[frozen_node]
     try:
         probe.diag.clear()
         probe.spin_until(lambda: probe.value("pd_tracker_node", "mode") == "holding"
                          and probe.value("sim_node", "publish_stalls") is not None
-                         and probe.node.count_subscribers("joint_states") >= 3,
+                         and probe.node.count_subscribers("joint_states") >= 3
+                         and (frozen_node != "rgbd_sync_node"
+                              or probe.value("rgbd_sync_node", "processing_ms_p50") is not None),
                          120.0, "sim_node and a holding tracker, three joint_states readers")
         stalls0 = int(probe.value("sim_node", "publish_stalls"))
         faults0 = int(probe.value("pd_tracker_node", "faults"))
@@ -144,7 +156,7 @@ def _block(probe: _Probe, config: str, cycles: int, freeze_s: float, gap_s: floa
         probe.spin_until(lambda: "sim_node" in probe.diag and "pd_tracker_node" in probe.diag,
                          10.0, "the reports after the last freeze")
         return {
-            "config": config, "cycles": cycles, "freeze_s": freeze_s,
+            "config": config, "frozen": frozen_node, "cycles": cycles, "freeze_s": freeze_s,
             "publish_stalls": int(probe.value("sim_node", "publish_stalls")) - stalls0,
             "tracker_faults": int(probe.value("pd_tracker_node", "faults")) - faults0,
             "freezes_with_states_stopped": sum(g >= gap_stall_s for g in gaps_s),
@@ -164,11 +176,11 @@ def _block(probe: _Probe, config: str, cycles: int, freeze_s: float, gap_s: floa
 
 
 def format_table(rows: list[dict]) -> str:
-    lines = ["| config | freezes | sim publish stalls | tracker faults | freezes with "
+    lines = ["| config | frozen | freezes | sim publish stalls | tracker faults | freezes with "
              "joint_states stopped | longest / median gap (ms) | sim_node CPU (core-s/s) |",
-             "|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['config']} | {r['cycles']} x {r['freeze_s']} s | "
+        lines.append(f"| {r['config']} | {r['frozen']} | {r['cycles']} x {r['freeze_s']} s | "
                      f"{r['publish_stalls']} | {r['tracker_faults']} | "
                      f"{r['freezes_with_states_stopped']} | {r['longest_gap_ms']} / "
                      f"{r['median_gap_ms']} | {r['sim_cpu_core_s_per_s']} |")
@@ -177,7 +189,7 @@ def format_table(rows: list[dict]) -> str:
 
 def run(cycles: int = 100, rounds: int = 2, freeze_s: float = 0.3, gap_s: float = 0.7,
         gap_stall_s: float = 0.2, configs: tuple[str, ...] = CONFIGS,
-        json_path: str | None = None) -> int:
+        frozen: str = "policy_node", json_path: str | None = None) -> int:
     """``rounds`` x each configuration, ``cycles`` freezes per block."""
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     rclpy.init()
@@ -187,8 +199,8 @@ def run(cycles: int = 100, rounds: int = 2, freeze_s: float = 0.3, gap_s: float 
         with tempfile.TemporaryDirectory(prefix="frozen_subscriber_") as tmp:
             for _ in range(rounds):
                 for config in configs:
-                    rows.append(_block(probe, config, cycles, freeze_s, gap_s, gap_stall_s,
-                                       Path(tmp)))
+                    rows.append(_block(probe, config, frozen, cycles, freeze_s, gap_s,
+                                       gap_stall_s, Path(tmp)))
                     print(json.dumps(rows[-1]), flush=True)
     finally:
         probe.close()
@@ -209,10 +221,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--freeze-s", type=float, default=0.3, help="each freeze (s)")
     parser.add_argument("--gap-s", type=float, default=0.7, help="running between freezes (s)")
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=CONFIGS)
+    parser.add_argument("--frozen", default="policy_node", choices=FROZEN,
+                        help="the process frozen: a joint_states or a camera image subscriber")
     parser.add_argument("--json", help="also write the rows to this JSON file")
     args = parser.parse_args(argv)
     return run(cycles=args.cycles, rounds=args.rounds, freeze_s=args.freeze_s,
-               gap_s=args.gap_s, configs=tuple(args.configs), json_path=args.json)
+               gap_s=args.gap_s, configs=tuple(args.configs), frozen=args.frozen,
+               json_path=args.json)
 
 
 if __name__ == "__main__":

@@ -26,10 +26,11 @@ PROFILES_ENV = "FASTDDS_DEFAULT_PROFILES_FILE"
 PROFILES_FILE = CONFIG_DIR / "fastdds_profiles.xml"
 
 #: What the control loop publishes from its loops (the arm's states, efforts, chunks,
-#: the tracker's reference) and what every node reads (clock, diagnostics), as the
-#: nodes name them (relative names resolve in the node's namespace).
+#: the tracker's reference, log messages) and what every node reads (clock,
+#: diagnostics), as the nodes name them (relative names resolve in the namespace).
 CONTROL_TOPICS = ("joint_states", "arm_controller/commands", "gripper_controller/commands",
-                  "policy/action_chunk", "tracker/reference", "/clock", "/diagnostics")
+                  "policy/action_chunk", "tracker/reference", "/clock", "/diagnostics",
+                  "/rosout")
 
 _READER = ("    <data_reader profile_name=\"{name}\">\n"
            "      <unicastLocatorList><locator><udpv4><address>127.0.0.1</address></udpv4>"

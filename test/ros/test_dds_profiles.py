@@ -24,10 +24,11 @@ from diffusion_policy_ros.ros.dds_profiles import (
 
 NS = {"dds": "http://www.eprosima.com"}
 #: The control loop's topics as the nodes name them without a namespace: what sim_node /
-#: a real arm driver, the tracker and the policy publish from their loops, and the clock
-#: and diagnostics every node reads.
+#: a real arm driver, the tracker and the policy publish from their loops (log messages
+#: included), and the clock and diagnostics every node reads.
 CONTROL_TOPICS = {"/joint_states", "/arm_controller/commands", "/gripper_controller/commands",
-                  "/policy/action_chunk", "/tracker/reference", "/clock", "/diagnostics"}
+                  "/policy/action_chunk", "/tracker/reference", "/clock", "/diagnostics",
+                  "/rosout"}
 
 
 def _readers(root) -> dict[str, list[tuple[str, str]]]:
@@ -84,7 +85,7 @@ def test_namespace_and_remaps_give_the_names_the_readers_get(tmp_path):
     names = control_topic_names(argv)
     assert names == sorted(["/arm/joint_states", "/cell1/arm_controller/commands",
                             "/cell1/gripper_controller/commands", "/cell1/chunks",
-                            "/cell1/tracker/reference", "/clock", "/diagnostics"])
+                            "/cell1/tracker/reference", "/clock", "/diagnostics", "/rosout"])
     assert control_topic_names(["--ros-args", "-r", "/cell2/joint_states:=states",
                                 "-r", "__ns:=/cell2"])[3] == "/cell2/states"
     env = {}
