@@ -39,7 +39,9 @@ class NodeProcess:
         return self.proc.poll() is None
 
     def log(self) -> str:
-        self._log.flush()
+        """Everything the node wrote so far (also after ``stop``)."""
+        if not self._log.closed:
+            self._log.flush()
         with open(self.log_path) as fh:
             return fh.read()
 
