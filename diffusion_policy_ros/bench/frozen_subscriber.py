@@ -36,6 +36,7 @@ from rclpy.qos import QoSProfile
 from sensor_msgs.msg import JointState
 
 from diffusion_policy_ros.config import CONFIG_DIR
+from diffusion_policy_ros.monitoring import process_cpu_s
 from diffusion_policy_ros.ros.dds_profiles import PROFILES_ENV, PROFILES_FILE
 from diffusion_policy_ros.ros.processes import stop_process
 
@@ -45,13 +46,6 @@ FROZEN = ("policy_node", "rgbd_sync_node")
 NO_READER_PROFILES = ('<?xml version="1.0"?>\n<dds xmlns="http://www.eprosima.com"><profiles>'
                       '<data_reader profile_name="/frozen_subscriber_bench/unused"/>'
                       '</profiles></dds>\n')
-
-
-def _cpu_s(pid: int) -> float:
-    """utime + stime of ``pid`` (s), all threads."""
-    with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-        fields = fh.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class _Probe:
@@ -141,7 +135,7 @@ def _block(probe: _Probe, config: str, frozen_node: str, cycles: int, freeze_s: 
                          120.0, "sim_node and a holding tracker, three joint_states readers")
         stalls0 = int(probe.value("sim_node", "publish_stalls"))
         faults0 = int(probe.value("pd_tracker_node", "faults"))
-        cpu0, wall0 = _cpu_s(procs["sim_node"].pid), time.monotonic()
+        cpu0, wall0 = process_cpu_s(procs["sim_node"].pid), time.monotonic()
         gaps_s = []
         for _ in range(cycles):
             probe.longest_gap_s = 0.0
@@ -151,7 +145,7 @@ def _block(probe: _Probe, config: str, frozen_node: str, cycles: int, freeze_s: 
             probe.spin_for(0.1)
             gaps_s.append(probe.longest_gap_s)
             probe.spin_for(gap_s)
-        cpu_per_s = (_cpu_s(procs["sim_node"].pid) - cpu0) / (time.monotonic() - wall0)
+        cpu_per_s = (process_cpu_s(procs["sim_node"].pid) - cpu0) / (time.monotonic() - wall0)
         probe.diag.clear()
         probe.spin_until(lambda: "sim_node" in probe.diag and "pd_tracker_node" in probe.diag,
                          10.0, "the reports after the last freeze")
