@@ -23,6 +23,9 @@ def add_parser(sub) -> None:
                          help="weight of the first-step anchor to the teacher's DDIM chunk")
     distill.add_argument("--student-prediction", choices=("sample", "epsilon"),
                          help="what the student's denoiser outputs (default: the settings')")
+    distill.add_argument("--student-width", type=int, metavar="CHANNELS",
+                         help="a narrower U-Net student: its full-resolution channels "
+                         "(default: the teacher's width, from its weights)")
     distill.add_argument("--init-student", metavar="CHECKPOINT",
                          help="continue from an earlier student of the same teacher")
     distill.add_argument("--sampling-steps", type=int,
@@ -40,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
     overrides = {"steps": args.steps, "batch_size": args.batch_size, "lr": args.lr,
                  "init_student": args.init_student, "anchor_weight": args.anchor_weight,
                  "student_prediction_type": args.student_prediction,
+                 "student_unet_base_dim": args.student_width,
                  "sampling_steps": args.sampling_steps, "max_minutes": args.max_minutes,
                  "device": args.device, "num_threads": args.threads}
     config = load_distill_config(args.distill_config or CONFIG_DIR / "distill.yaml",

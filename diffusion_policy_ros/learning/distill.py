@@ -3,7 +3,9 @@
 The student is the teacher (same encoders, fusion, grounding, normaliser, same
 language path) whose denoiser is retrained as a consistency function
 (``policy/consistency.py``), so it maps a noisy chunk at any time of the grid to
-the clean end of the teacher's DDIM trajectory in one call. Only the denoiser
+the clean end of the teacher's DDIM trajectory in one call; with
+``student_unet_base_dim`` the student's U-Net is narrower and starts from random
+weights (fewer multiply-adds per chunk, the CPU's bound). Only the denoiser
 changes, and the teacher's encoders are frozen, so the conditions are computed
 once for every training sample (``precompute_conditions``) and every step runs
 three small denoiser calls on vectors:
@@ -247,7 +249,28 @@ def student_config(teacher_config, config: DistillConfig):
                   chunk_lowpass_terms=config.chunk_lowpass_terms)
     if config.num_samples:
         values["num_samples"] = config.num_samples
+    if config.student_unet_base_dim:
+        if teacher_config.denoiser != "unet":
+            raise ValueError(f"student_unet_base_dim narrows a U-Net; the teacher's denoiser "
+                             f"is a {teacher_config.denoiser} (dpr prune shrinks a DiT)")
+        values["unet_base_dim"] = config.student_unet_base_dim
     return policy_config_from_dict(values)
+
+
+def student_from_teacher(teacher: DiffusionPolicy, config: DistillConfig) -> DiffusionPolicy:
+    """The student policy: the teacher's encoders, fusion, grounding and normaliser, and its
+    denoiser too unless the student's is narrower (then freshly initialised)."""
+    student = DiffusionPolicy(student_config(teacher.config, config))
+    weights = teacher.state_dict()
+    if student.config.unet_base_dim != teacher.config.unet_base_dim:
+        weights = {k: v for k, v in weights.items() if not k.startswith("denoiser.")}
+        missing, unexpected = student.load_state_dict(weights, strict=False)
+        if unexpected or any(not k.startswith("denoiser.") for k in missing):
+            raise ValueError(f"student and teacher differ beyond the denoiser: missing "
+                             f"{missing}, unexpected {unexpected}")
+    else:
+        student.load_state_dict(weights)
+    return student
 
 
 def _conditions(teacher: DiffusionPolicy, data_dirs: Sequence[Path], config: DistillConfig,
@@ -301,8 +324,7 @@ def distill(teacher_dir: str | Path, data_dirs: Sequence[str | Path], config: Di
     val_set = val_set.subset(torch.arange(min(len(val_set), config.val_samples)))
     anchors = cached_anchors(teacher, train_set, config, out, fingerprint, device)
 
-    student = DiffusionPolicy(student_config(teacher.config, config))
-    student.load_state_dict(teacher.state_dict())
+    student = student_from_teacher(teacher, config)
     if config.init_student:
         earlier, earlier_meta = load_checkpoint(config.init_student)
         earlier_teacher = earlier_meta.get("extra", {}).get("distill", {}).get(
@@ -312,6 +334,10 @@ def distill(teacher_dir: str | Path, data_dirs: Sequence[str | Path], config: Di
         if earlier.config.prediction_type != student.config.prediction_type:
             raise ValueError(f"{config.init_student} predicts {earlier.config.prediction_type}"
                              f", this run's student {student.config.prediction_type}")
+        if earlier.config.unet_base_dim != student.config.unet_base_dim:
+            raise ValueError(f"{config.init_student} has a U-Net {earlier.config.unet_base_dim} "
+                             f"channels wide, this run's student "
+                             f"{student.config.unet_base_dim}")
         student.denoiser.load_state_dict(earlier.denoiser.state_dict())
     student.to(device)
     distiller = ConsistencyDistiller(teacher.denoiser, student.denoiser,

@@ -48,6 +48,10 @@ class DistillConfig:
         0.0, "Weight of the anchor term: the student's first sampling step (pure noise at "
         "the grid's top) against the teacher's DDIM chunk from the same noise, one seeded "
         "noise per training condition (0 = the consistency loss alone)", low=0.0, high=1e3)
+    student_unet_base_dim: int = param(
+        0, "Full-resolution channels of a narrower U-Net student (doubled per level, as the "
+        "teacher's); it starts from random weights and the rest of the policy stays the "
+        "teacher's; 0 = the teacher's width, starting from its weights", low=0, high=4096)
     init_student: str = param(
         "", "Start the student (and its target network) from this earlier dpr distill "
         "checkpoint of the same teacher to continue distilling; '' = from the teacher")

@@ -93,3 +93,40 @@ def test_condition_sets_round_trip(tmp_path):
     again = ConditionSet.load(tmp_path / "c.safetensors")
     assert torch.equal(again.cond, conds.cond) and len(again) == 5
     assert torch.equal(conds.subset(torch.tensor([1, 3])).clean, conds.clean[[1, 3]])
+
+
+def test_a_narrower_unet_student_keeps_the_teachers_encoders(tiny_checkpoint, tiny_demos,
+                                                             tmp_path):
+    config = DistillConfig(steps=60, batch_size=32, lr=1e-3, warmup_steps=5, log_every=20,
+                           val_every=1000, val_samples=32, val_fraction=0.5, num_threads=1,
+                           device="cpu", anchor_weight=1.0, student_unet_base_dim=8)
+    ckpt = distill(tiny_checkpoint, [tiny_demos], config, tmp_path / "run", progress=False)
+    log = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    losses = [r["loss"] for r in log if "loss" in r]
+    assert losses[-1] < losses[0], losses
+    student, meta = load_checkpoint(ckpt)
+    teacher, _ = load_checkpoint(tiny_checkpoint)
+    assert (student.config.unet_base_dim, teacher.config.unet_base_dim) == (8, 16)
+    assert meta["parameters"]["denoiser"] < 0.5 * teacher.parameter_counts()["denoiser"]
+    for name, value in teacher.state_dict().items():
+        if not name.startswith("denoiser."):
+            assert torch.equal(value, student.state_dict()[name]), name
+    # Continuing needs a student of the same width.
+    with pytest.raises(ValueError, match="8 channels wide, this run's student 16"):
+        distill(tiny_checkpoint, [tiny_demos],
+                dataclasses.replace(config, steps=2, init_student=str(ckpt),
+                                    student_unet_base_dim=0), tmp_path / "run", progress=False)
+    runner = PolicyRunner(student, device="cpu")
+    rng = np.random.default_rng(0)
+    chunk = runner.predict([synthetic_observation(student, rng) for _ in range(2)],
+                           "pick up the red cube", noise=0)
+    assert chunk.shape == (16, 7) and np.isfinite(chunk).all()
+
+
+def test_only_a_unet_is_narrowed():
+    from diffusion_policy_ros.learning.distill import student_config
+    from diffusion_policy_ros.policy.configuration_diffusion import DiffusionPolicyConfig
+
+    with pytest.raises(ValueError, match="narrows a U-Net; the teacher's denoiser is a dit"):
+        student_config(DiffusionPolicyConfig(denoiser="dit"),
+                       DistillConfig(student_unet_base_dim=32))
