@@ -19,7 +19,7 @@ setup(
          glob("config/*.yaml") + glob("config/*.rviz") + glob("config/*.xml")),
         (f"share/{package_name}/urdf", ["diffusion_policy_ros/description/arm.urdf"]),
         *[(f"share/{package_name}/checkpoints/{name}", glob(f"checkpoints/{name}/*.*"))
-          for name in ("grasp_unet_cd", "grasp_unet")],
+          for name in ("grasp_unet_cd32", "grasp_unet_cd", "grasp_unet")],
     ],
     install_requires=["setuptools"],
     zip_safe=True,

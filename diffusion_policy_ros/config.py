@@ -50,7 +50,7 @@ DATA_DIR = package_data_dir()
 CONFIG_DIR = DATA_DIR / "config"
 #: The policy this repository ships (``dpr bringup``, ``dpr replay`` and ``dpr eval`` default):
 #: the consistency-distilled student of ``REFERENCE_CHECKPOINT`` (docs/lightdp.md).
-SHIPPED_CHECKPOINT = DATA_DIR / "checkpoints" / "grasp_unet_cd"
+SHIPPED_CHECKPOINT = DATA_DIR / "checkpoints" / "grasp_unet_cd32"
 #: Its DDIM-trained teacher, shipped before it: the reference of ``dpr bench lightdp``.
 REFERENCE_CHECKPOINT = DATA_DIR / "checkpoints" / "grasp_unet"
 

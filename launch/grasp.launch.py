@@ -135,7 +135,7 @@ def generate_launch_description():
         *[DeclareLaunchArgument(name, default_value="", description=describe_argument(
             SimConfig, name, sim_yaml, "sim_node")) for name in SIM_ARGUMENTS],
         DeclareLaunchArgument("checkpoint",
-                              default_value=os.path.join(share, "checkpoints", "grasp_unet_cd"),
+                              default_value=os.path.join(share, "checkpoints", "grasp_unet_cd32"),
                               description="Policy checkpoint directory (safetensors + JSON)"),
         *[DeclareLaunchArgument(name, default_value=POLICY_DEFAULTS.get(name, ""),
                                 description=describe_argument(PolicyNodeConfig, name,

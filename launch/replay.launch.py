@@ -99,7 +99,7 @@ def generate_launch_description():
         DeclareLaunchArgument("rate", default_value="1.0",
                               description="Playback speed (bag seconds per wall second)"),
         DeclareLaunchArgument("checkpoint",
-                              default_value=os.path.join(share, "checkpoints", "grasp_unet_cd"),
+                              default_value=os.path.join(share, "checkpoints", "grasp_unet_cd32"),
                               description="Policy checkpoint directory (safetensors + JSON)"),
         DeclareLaunchArgument("device", default_value="auto",
                               description="Policy device: auto | cpu | cuda | npu"),

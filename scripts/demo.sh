@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up (scripts/setup.sh) and run the main job headless: the simulated grasp with the
-# shipped policy (checkpoints/grasp_unet_cd, a one-step consistency student) on its
+# shipped policy (checkpoints/grasp_unet_cd32, a one-step consistency student) on its
 # static-graph backend. `dpr export --format aotinductor --if-stale --threads 1` compiles
 # the policy's two graphs for this machine's CPU and policy_node's one torch thread once
 # (about a minute; skipped while they are current; without a C++ compiler the eager torch

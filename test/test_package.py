@@ -44,8 +44,8 @@ def test_installed_package_reads_config_and_checkpoint_from_its_share(colcon_ins
     module, config, checkpoint = map(Path, out)
     assert module.is_relative_to(colcon_install.prefix), module  # not the editable source
     assert config == colcon_install.share / "config" and (config / "sim.yaml").is_file()
-    assert checkpoint == colcon_install.share / "checkpoints/grasp_unet_cd"
-    for name in ("grasp_unet_cd", "grasp_unet"):  # the shipped student and its teacher
+    assert checkpoint == colcon_install.share / "checkpoints/grasp_unet_cd32"
+    for name in ("grasp_unet_cd32", "grasp_unet_cd", "grasp_unet"):  # shipped, wide, teacher
         assert {p.name for p in (colcon_install.share / "checkpoints" / name).iterdir()} == {
             p.name for p in (ROOT / "checkpoints" / name).iterdir() if p.is_file()}
 

@@ -21,7 +21,7 @@ def add_parser(sub) -> None:
                     help="with --episodes: start each episode with another object's "
                     "instruction and publish the episode's own after S s of sim time")
     up.add_argument("--checkpoint", help="policy checkpoint directory (default "
-                    "checkpoints/grasp_unet_cd in the repository)")
+                    "checkpoints/grasp_unet_cd32 in the repository)")
     up.add_argument("--seed", type=int, help="seed of the first measured episode (>= 1; "
                     "default: sim.yaml's seed + 1)")
     up.add_argument("--out", help="write bringup_summary.json and the node logs (logs/) here")

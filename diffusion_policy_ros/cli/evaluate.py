@@ -11,7 +11,7 @@ from diffusion_policy_ros.config import SHIPPED_CHECKPOINT
 def add_parser(sub) -> None:
     evaluation = sub.add_parser("eval", help="closed-loop policy evaluation in simulation")
     evaluation.add_argument("--checkpoint", default=str(SHIPPED_CHECKPOINT),
-                            help="policy checkpoint directory (default checkpoints/grasp_unet_cd "
+                            help="policy checkpoint directory (default checkpoints/grasp_unet_cd32 "
                             "in the repository)")
     evaluation.add_argument("--episodes", type=int, default=100)
     evaluation.add_argument("--seed", type=int, default=0, help="seed of the first episode")

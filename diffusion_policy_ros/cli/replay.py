@@ -13,7 +13,7 @@ def add_parser(sub) -> None:
                      "collect or ros2 bag record (raw Kinect topics + joint_states + "
                      "instruction)")
     rep.add_argument("--checkpoint", help="policy checkpoint directory (default "
-                     "checkpoints/grasp_unet_cd in the repository)")
+                     "checkpoints/grasp_unet_cd32 in the repository)")
     rep.add_argument("--report", help="report directory (default <bag>_replay)")
     rep.add_argument("--force", action="store_true", help="overwrite an existing report")
     rep.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda", "npu"])

@@ -1,9 +1,9 @@
-"""The shipped policy (checkpoints/grasp_unet_cd) grasps what it is told, closed loop in MuJoCo.
+"""The shipped policy (checkpoints/grasp_unet_cd32) grasps what it is told, closed loop in MuJoCo.
 
 In-process ``dpr eval`` (the same perception, policy and tracker code as the nodes)
 on held-out seeds (the demonstrations used 1000-2199, 40000-40799 and 61000-62299).
 Each test pins a window of seeds where the committed evaluation reports
-(docs/results/grasp_unet_cd_{task,switch,depth_noise,wrong}.json, written by the
+(docs/results/grasp_unet_cd32_{task,switch,depth_noise,wrong}.json, written by the
 commands in config/bench_lightdp.yaml) saw the behaviour in every episode; an episode
 is deterministic for its seed (layout, instruction, sampling noise), but CPUs may
 differ in the last bits of a float, so each test asks for a majority where it can.
@@ -28,6 +28,8 @@ def test_shipped_checkpoint_is_small_and_loads():
     assert meta["extra"]["final"] and policy.config.target_grounding
     # A one-step consistency student of the DDIM-trained reference, shipped beside it.
     assert (policy.config.sampler, policy.config.num_inference_steps) == ("consistency", 1)
+    # Its U-Net is half the teacher's width (dpr distill --student-width 32).
+    assert policy.config.unet_base_dim == 32
     _, reference = load_checkpoint(REFERENCE_CHECKPOINT, joint_names=list(JOINT_NAMES))
     assert meta["extra"]["distill"]["teacher_weights_sha256"] == reference["weights_sha256"]
 
@@ -54,7 +56,7 @@ def test_lifts_the_named_object_through_time_of_flight_depth_noise():
 
 def test_follows_the_words_not_a_prior_with_a_wrong_instruction():
     """Told to lift another object, it lifts that one (a wrong-object 'failure')."""
-    outcomes = _run("wrong", 3, 5002)  # 5002-5004 lifted the named one
+    outcomes = _run("wrong", 3, 5005)  # 5005-5007 lifted the named one
     named = [parse_instruction(o.instruction, OBJECTS) for o in outcomes]
     assert all(n is not None and n != o.target for n, o in zip(named, outcomes, strict=True))
     assert sum(o.wrong_object == n for n, o in zip(named, outcomes, strict=True)) >= 2, outcomes

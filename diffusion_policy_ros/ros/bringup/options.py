@@ -46,7 +46,7 @@ def check_override(text: str) -> str:
 
 
 def resolve_checkpoint(checkpoint: str | None) -> str:
-    """The given checkpoint directory, else the repository's ``checkpoints/grasp_unet_cd``."""
+    """The given checkpoint directory, else the repository's ``checkpoints/grasp_unet_cd32``."""
     if checkpoint:
         path = Path(checkpoint)
         if not path.is_dir():
