@@ -37,6 +37,7 @@ from rosgraph_msgs.msg import Clock
 
 from diffusion_policy_ros.learning.episode_bag import TOPIC_INSTRUCTION, BagError, open_bag
 from diffusion_policy_ros.ros.dds_profiles import use_package_dds_profiles
+from diffusion_policy_ros.ros.publish_guard import PublishGuard
 
 
 @dataclasses.dataclass
@@ -70,6 +71,8 @@ class PlayReport:
     inactive_nodes: list[str] = dataclasses.field(default_factory=list)
     received: dict[str, int] = dataclasses.field(default_factory=dict)
     """Messages counted on ``report_topics`` while playing."""
+    refused: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Messages the middleware refused to publish (dropped; ``ros.publish_guard``)."""
 
     def summary(self) -> str:
         total = sum(self.messages.values())
@@ -81,6 +84,9 @@ class PlayReport:
             text += f"\nreceived {count} messages on {topic} ({per_s:.1f} per bag second)"
         if self.unmatched_topics:
             text += f"\nno subscriber matched in time on: {', '.join(self.unmatched_topics)}"
+        if self.refused:
+            text += ("\nrefused by the middleware (dropped): "
+                     + ", ".join(f"{n} on {topic}" for topic, n in self.refused.items()))
         if self.inactive_nodes:
             text += f"\nnot active when playing began: {', '.join(self.inactive_nodes)}"
         if self.interrupted:
@@ -119,6 +125,7 @@ class BagPlayer(Node):
     def __init__(self, connections, options: PlayOptions, **kwargs):
         super().__init__("dpr_bag_player", namespace=options.namespace or "", **kwargs)
         self.options = options
+        self.publishing = PublishGuard(self.get_logger(), self.context)
         self.pubs = {}
         for conn in connections:
             if conn.topic not in self.pubs:
@@ -201,7 +208,7 @@ class BagPlayer(Node):
         if self.clock_pub is not None:
             msg = Clock()
             msg.clock.sec, msg.clock.nanosec = divmod(int(t_ns), 1_000_000_000)
-            self.clock_pub.publish(msg)
+            self.publishing.publish(self.clock_pub, msg)
 
     def play(self, messages) -> tuple[Counter, float, float, float, bool]:
         """Publish ``(connection, t_ns, raw)`` in order with scaled timing."""
@@ -226,8 +233,8 @@ class BagPlayer(Node):
                 self.publish_clock(t0_bag + int((now - wall0) * rate * 1e9))
             lateness = max(lateness, time.monotonic() - due)
             self.publish_clock(t_ns)
-            self.pubs[conn.topic].publish(bytes(raw))
-            counts[conn.topic] += 1
+            if self.publishing.publish(self.pubs[conn.topic], bytes(raw)):
+                counts[conn.topic] += 1
             t_last = t_ns
         return counts, t_last or 0, t0_bag or 0, lateness, False
 
@@ -271,7 +278,8 @@ def play(options: PlayOptions, context=None) -> PlayReport:
                 player.flush(options.flush_s)
             return PlayReport(dict(counts), (t_last - t_first) * 1e-9, time.monotonic() - wall0,
                               lateness * 1e3, unmatched, interrupted, inactive,
-                              {topic: c[0] for topic, c in counters.items()})
+                              {topic: c[0] for topic, c in counters.items()},
+                              dict(player.publishing.refused.counts))
         finally:
             executor.shutdown()
             spinner.join(timeout=5.0)

@@ -47,6 +47,7 @@ from diffusion_policy_ros.ros.lean_events import LeanEventsMixin
 from diffusion_policy_ros.ros.node_main import run_node
 from diffusion_policy_ros.ros.params import declare_config
 from diffusion_policy_ros.ros.polled import WaitedSubscription
+from diffusion_policy_ros.ros.publish_guard import PublishGuard
 from diffusion_policy_ros.ros.realtime import (
     GIL_SWITCH_INTERVAL_S,
     MessageDrivenThread,
@@ -119,6 +120,7 @@ class PdTrackerNode(LeanEventsMixin, Node):
         self.tracker = PdTracker(cfg)
         self.states = JointStateCache(list(cfg.joint_names), cfg.gripper_joint)
         self.rejects = ThrottledReasons(period_s=2.0)
+        self.publishing = PublishGuard(self.get_logger(), self.context)
         self.period_error_ms = RollingStats(window=5000)
         self.tick_ms = RollingStats(window=5000)
         self._last_tick_wall: float | None = None
@@ -260,17 +262,19 @@ class PdTrackerNode(LeanEventsMixin, Node):
                 self._report("fault", f"tracker fault: {cmd.fault}; {action}")
         self._published_fault = cmd.fault
         if cmd.send:
-            self.effort_pub.publish(Float64MultiArray(data=list(cmd.effort_nm)))
-            self._efforts_sent += 1
+            if self.publishing.publish(self.effort_pub,
+                                       Float64MultiArray(data=list(cmd.effort_nm))):
+                self._efforts_sent += 1
             if cmd.gripper_opening_m is not None and \
                     self._gripper_gate.due(cmd.gripper_opening_m, now_s):
-                self.gripper_pub.publish(Float64MultiArray(data=[cmd.gripper_opening_m]))
+                self.publishing.publish(self.gripper_pub,
+                                        Float64MultiArray(data=[cmd.gripper_opening_m]))
             if self._reference_gate is None or self._reference_gate.due(now_s):
                 ref = self._reference
                 ref.header.stamp = self.get_clock().now().to_msg()
                 ref.position = list(cmd.q_ref)
                 ref.velocity = list(cmd.qd_ref)
-                self.reference_pub.publish(ref)
+                self.publishing.publish(self.reference_pub, ref)
         self._ticks_total += 1
         self.tick_ms.add((time.perf_counter() - wall) * 1e3)
         while self._pending_chunks:
@@ -318,11 +322,12 @@ class PdTrackerNode(LeanEventsMixin, Node):
             "path_aborts": str(info["path_aborts"]),
             "overspeed_stops": str(info["overspeed_stops"]),
             "bad_joint_states": str(self.rejects.counts["bad_joint_states"]),
+            "publish_refused": str(self.publishing.refused_total),
         }
         status.values = [KeyValue(key=k, value=v) for k, v in values.items()]
         msg = DiagnosticArray(status=[status])
         msg.header.stamp = self.get_clock().now().to_msg()
-        self.diag_pub.publish(msg)
+        self.publishing.publish(self.diag_pub, msg)
 
 
 def main(args=None) -> None:

@@ -103,6 +103,7 @@ from diffusion_policy_ros.ros.lean_events import LeanEventsMixin
 from diffusion_policy_ros.ros.node_main import run_node
 from diffusion_policy_ros.ros.params import declare_config
 from diffusion_policy_ros.ros.polled import PolledSubscription
+from diffusion_policy_ros.ros.publish_guard import PublishGuard
 from diffusion_policy_ros.ros.realtime import request_niceness
 
 #: Runner stages reported on /diagnostics (``PolicyRunner.last_timings_ms`` keys).
@@ -135,6 +136,7 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
         self.history = ObservationHistory(self.joint_names, keep_s=cfg.max_obs_age_s + 1.0)
         self.refusals = ThrottledReasons(period_s=2.0)
         self.input_rejects = ThrottledReasons(period_s=2.0)
+        self.publishing = PublishGuard(self.get_logger(), self.context)
         # Chunks per second of the node's clock (sim time under use_sim_time: the rate
         # timer runs on it) and of the wall clock.
         self.chunk_rate = RateMeter()
@@ -380,7 +382,7 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
         if self.frame_ticks is not None:
             with self._work:
                 self.frame_ticks.restart()  # the new task's first frame starts a chunk
-        self.instruction_pub.publish(String(data=text))
+        self.publishing.publish(self.instruction_pub, String(data=text))
         if text == self._instruction:
             return
         self._instruction = text
@@ -499,9 +501,9 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
         msg.header.stamp = stamp
         msg.points = [JointTrajectoryPoint(positions=row.tolist(), time_from_start=t)
                       for row, t in zip(chunk, self._times_from_start, strict=True)]
-        self.chunk_pub.publish(msg)
+        self.publishing.publish(self.chunk_pub, msg)
         if self._fk is not None and self.marker_pub.get_subscription_count() > 0:
-            self.marker_pub.publish(self._markers(chunk, stamp))
+            self.publishing.publish(self.marker_pub, self._markers(chunk, stamp))
 
         self._refusal = None
         self._chunk_instruction = instruction
@@ -620,11 +622,12 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
             **{f"rejected_{reason}": str(n)
                for reason, n in sorted(self.input_rejects.counts.items())},
             **{f"refused_{reason}": str(n) for reason, n in sorted(self.refusals.counts.items())},
+            "publish_refused": str(self.publishing.refused_total),
         }
         status.values = [KeyValue(key=k, value=v) for k, v in values.items()]
         msg = DiagnosticArray(status=[status])
         msg.header.stamp = self.get_clock().now().to_msg()
-        self.diag_pub.publish(msg)
+        self.publishing.publish(self.diag_pub, msg)
 
 
     def destroy_node(self):

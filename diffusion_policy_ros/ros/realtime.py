@@ -144,29 +144,43 @@ class PeriodicThread(_ControlThread):
 
 class MessageDrivenThread(_ControlThread):
     """Calls ``on_message(msg)`` for each message of a ``WaitedSubscription``, in arrival
-    order, on a thread of its own under ``SCHED_FIFO``.
+    order, on a thread of its own under ``SCHED_FIFO`` (``priority`` 0: normal scheduling).
 
     For a law that must answer every message (``pd_tracker_node`` under sim_node's
     lockstep): the thread wakes for the message itself, with nothing between it and
     the callback but one take, where an executor would first rebuild its wait set of
     every entity of the node and dispatch through its task machinery.
+
+    ``after_wake`` (optional) runs after the messages of every wake-up, a message's or
+    the timeout's, and ``wait_s`` (optional) says how long the next wait may last: a
+    loop with a pace of its own (``sim_node``'s physics) then needs no executor timer.
+    ``wake`` cuts the current wait short (for an owner whose state changed).
     """
 
     def __init__(self, source, on_message: Callable[[object], None], priority: int,
-                 name: str, idle_wait_s: float = 0.1):
+                 name: str, idle_wait_s: float = 0.1,
+                 after_wake: Callable[[], None] | None = None,
+                 wait_s: Callable[[], float] | None = None):
         self._source = source
         self._on_message = on_message
+        self._after_wake = after_wake
+        self._wait_s = wait_s
         self.idle_wait_s = idle_wait_s
         super().__init__(priority, name)
+
+    def wake(self) -> None:
+        self._source.wake()
 
     def _interrupt(self) -> None:
         self._source.wake()
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            self._source.wait(self.idle_wait_s)
+            self._source.wait(self.idle_wait_s if self._wait_s is None else self._wait_s())
             for msg in self._source.take_all():
                 self._on_message(msg)
+            if self._after_wake is not None:
+                self._after_wake()
 
     def _failed(self, exc: BaseException) -> None:
         if not self._stop.is_set():  # a wait cut short by shutdown is no failure

@@ -34,6 +34,7 @@ from diffusion_policy_ros.ros.conversions import (
 from diffusion_policy_ros.ros.lean_events import LeanEventsMixin
 from diffusion_policy_ros.ros.node_main import run_node
 from diffusion_policy_ros.ros.params import declare_config
+from diffusion_policy_ros.ros.publish_guard import PublishGuard
 
 CAMERA_TOPICS = ("camera/rgb/image_raw", "camera/depth_to_rgb/image_raw", "camera/rgb/camera_info")
 
@@ -47,6 +48,7 @@ class RgbdSyncNode(LeanEventsMixin, Node):
         self.buffer = RgbdSyncBuffer(cfg.max_skew_s, cfg.max_age_s, cfg.buffer_capacity,
                                      cfg.clock_jump_s)
         self.rejects = ThrottledReasons(period_s=2.0)
+        self.publishing = PublishGuard(self.get_logger(), self.context)
         self.rates = {name: RateMeter() for name in ("rgb", "depth", "camera_info", "output")}
         self.skew_ms = RollingStats()
         self.process_ms = RollingStats()
@@ -124,8 +126,8 @@ class RgbdSyncNode(LeanEventsMixin, Node):
         obs = self.pipeline.process(color, depth)
         header = Header(stamp=ns_to_stamp(pair.stamp_ns), frame_id=self.config.base_frame)
         image_header = Header(stamp=header.stamp, frame_id=pair.color.header.frame_id)
-        self.image_pub.publish(rgb8_image_msg(obs.image_rgb, image_header))
-        self.points_pub.publish(xyzrgb_cloud_msg(obs.points, obs.colors, header))
+        self.publishing.publish(self.image_pub, rgb8_image_msg(obs.image_rgb, image_header))
+        self.publishing.publish(self.points_pub, xyzrgb_cloud_msg(obs.points, obs.colors, header))
         now = time.monotonic()
         self.rates["output"].tick(now)
         self.process_ms.add(obs.stage_times_s["total"] * 1e3)
@@ -137,7 +139,7 @@ class RgbdSyncNode(LeanEventsMixin, Node):
                 self.cloud_pub.get_subscription_count() > 0:
             self._last_cloud_s = now
             points, colors = self.pipeline.full_cloud(color, depth)
-            self.cloud_pub.publish(xyzrgb_cloud_msg(points, colors, header))
+            self.publishing.publish(self.cloud_pub, xyzrgb_cloud_msg(points, colors, header))
 
     def _check_qos(self) -> None:
         """Warn once per topic when a publisher's QoS can never match our subscription."""
@@ -192,11 +194,12 @@ class RgbdSyncNode(LeanEventsMixin, Node):
             "last_padded_points": str(obs.num_padded if obs else 0),
             "last_invalid_depth_fraction": f"{obs.invalid_depth_fraction:.3f}" if obs else "nan",
             **{f"drops_{reason}": str(n) for reason, n in sorted(drops.items())},
+            "publish_refused": str(self.publishing.refused_total),
         }
         status.values = [KeyValue(key=k, value=v) for k, v in values.items()]
         msg = DiagnosticArray(status=[status])
         msg.header.stamp = self.get_clock().now().to_msg()
-        self.diag_pub.publish(msg)
+        self.publishing.publish(self.diag_pub, msg)
 
 
 def main(args=None) -> None:

@@ -23,13 +23,17 @@ publisher) and from latched publishers on ``instruction`` directly; it deliberat
 has no volatile subscription there, so ``ros2 topic pub --once`` (which publishes
 as soon as one subscriber matches) waits for policy_node, the one that must get it.
 
-Timing. The loop runs on a wall-clock timer bound to the STEADY clock, never on
-the node's ROS clock: this node is the clock source, and with ``use_sim_time``
-a ROS-clock timer would wait for a ``/clock`` that only this timer publishes.
-Each callback steps as many 2 ms physics steps as ``real_time_factor`` x the
-wall time since the last callback demands (at most ``max_catchup_s`` of sim
-time; a larger backlog is dropped, counted, and the sim then runs slower than
-asked). Within a batch, ``joint_states`` go out every ``1 / joint_state_rate_hz``
+Timing. The physics runs on a thread of its own (``realtime.MessageDrivenThread``)
+that wakes for each arm command and otherwise every ``1 / real_time_factor`` physics
+step of wall time (the steady clock, never the node's ROS clock: this node is the
+clock source); it reads the gripper's commands on each wake-up too. The executor
+keeps the rest (services, instructions, diagnostics) and shares the simulation with
+that thread under one lock: at 500 Hz the executor's own wait-set rebuild and dispatch
+per command and per timer tick cost more CPU than the step (docs/lightdp.md). Each
+turn steps as many 2 ms physics steps as ``real_time_factor`` x the wall time since
+the last turn demands (at most ``max_catchup_s`` of sim time; a larger backlog is
+dropped, counted, and the sim then runs slower than asked). Within a batch,
+``joint_states`` go out every ``1 / joint_state_rate_hz``
 of sim time and a camera frame whenever one is due (``camera_rate_hz`` of sim
 time), so rates are exact in sim time and bursty at the callback scale.
 
@@ -69,13 +73,16 @@ and openings beyond the stroke are clamped by the scene. Both are counted per
 reason on ``/diagnostics`` and logged throttled per reason. Rates on ``/diagnostics``
 are per wall-clock second; ``real_time_factor`` there is the achieved one. A
 ``joint_states`` publish that blocks the loop for ``PUBLISH_STALL_S`` or more (the
-transport, not load) is logged as an error, counted (``publish_stalls``) and WARNs.
+transport, not load) is logged as an error, counted (``publish_stalls``) and WARNs; a
+publish the middleware refuses is a dropped sample, logged and counted
+(``publish_refused``; ``ros.publish_guard``).
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 
 import numpy as np
@@ -101,7 +108,9 @@ from diffusion_policy_ros.ros.conversions import camera_info_msg, image_msg, ns_
 from diffusion_policy_ros.ros.lean_events import LeanEventsMixin
 from diffusion_policy_ros.ros.node_main import run_node
 from diffusion_policy_ros.ros.params import declare_config
-from diffusion_policy_ros.ros.realtime import GIL_SWITCH_INTERVAL_S
+from diffusion_policy_ros.ros.polled import PolledSubscription, WaitedSubscription
+from diffusion_policy_ros.ros.publish_guard import PublishGuard
+from diffusion_policy_ros.ros.realtime import GIL_SWITCH_INTERVAL_S, MessageDrivenThread
 from diffusion_policy_ros.sim.camera import RgbdFrame
 from diffusion_policy_ros.sim.lockstep import CommandVerdict, LockstepHandshake, TurnVerdict
 from diffusion_policy_ros.sim.render_thread import RenderThread
@@ -199,8 +208,12 @@ class SimNode(LeanEventsMixin, Node):
         self.loop_ms = RollingStats(window=2000)
         self.publish_watch = BlockingWatch(PUBLISH_STALL_S)
         self._publish_log = ThrottledReasons(period_s=2.0)
+        self.publishing = PublishGuard(self.get_logger(), self.context)
 
-        # Episode and command state (all callbacks run in one thread: no locks).
+        # Episode and command state: the physics thread and the executor's callbacks
+        # take turns under this lock (the render thread reads only its own frames).
+        self._lock = threading.Lock()
+        self.physics: MessageDrivenThread | None = None
         self._offset_s = 0.0
         self._episode = 0
         self._status = ""
@@ -240,10 +253,15 @@ class SimNode(LeanEventsMixin, Node):
                           if cfg.publish_clock else None)
         # Best effort: in the lockstep a lost command is asked for again (lockstep_resend_s);
         # a reliable reader would hold that answer back until DDS repaired the lost one.
-        self.create_subscription(Float64MultiArray, "arm_controller/commands", self._on_effort,
-                                 QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT))
-        self.create_subscription(Float64MultiArray, "gripper_controller/commands",
-                                 self._on_gripper, QoSProfile(depth=1))
+        # It accepts every publisher's QoS, so it needs no incompatible-QoS report.
+        self.commands = WaitedSubscription(
+            self, Float64MultiArray, "arm_controller/commands",
+            QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT))
+        # Read by the physics thread on each wake-up: the tracker sends an opening whenever
+        # it changes, up to every tick, and an executor wake-up for each costs the CPU the
+        # polling saves.
+        self.gripper_commands = PolledSubscription(
+            self, Float64MultiArray, "gripper_controller/commands", QoSProfile(depth=1))
         # Transient local only (see the module docstring); volatile publishers it cannot
         # match are expected and not reported.
         quiet = SubscriptionEventCallbacks(incompatible_qos=lambda _event: None)
@@ -259,9 +277,12 @@ class SimNode(LeanEventsMixin, Node):
         width, height = cfg.resolution
         self.render = RenderThread(scene.model, width, height, self._publish_frame)
         self._start_episode()
-        loop_period_s = max(0.001, self.dt / cfg.real_time_factor)
-        self.create_timer(loop_period_s, self._loop, clock=self._steady)
+        self._turn_period_s = max(0.001, self.dt / cfg.real_time_factor)
         self.create_timer(cfg.diagnostics_period_s, self._publish_diagnostics, clock=self._steady)
+        self.physics = MessageDrivenThread(self.commands, self._on_effort_locked, 0,
+                                           "sim_physics", after_wake=self._turn,
+                                           wait_s=self._wait_s)
+        self.physics.start()
         if self.get_parameter("use_sim_time").value and not cfg.publish_clock:
             self.get_logger().warning(
                 "use_sim_time is true but publish_clock is false: stamps follow an external "
@@ -297,7 +318,7 @@ class SimNode(LeanEventsMixin, Node):
         if not force and now < self._next_clock_s - 1e-9:
             return
         self._next_clock_s = now + self._clock_period_s
-        self.clock_pub.publish(ClockMsg(clock=self._stamp()))
+        self.publishing.publish(self.clock_pub, ClockMsg(clock=self._stamp()))
 
     # -- episodes -----------------------------------------------------------------------------
 
@@ -325,7 +346,7 @@ class SimNode(LeanEventsMixin, Node):
         # A kept instruction is published again for that, a sim's own one for the first time.
         self._publish_clock(force=True)
         if state.instruction:
-            self.instruction_pub.publish(String(data=state.instruction))
+            self.publishing.publish(self.instruction_pub, String(data=state.instruction))
         self._after_step(state)
         told = (f"'{state.instruction}' -> {state.target}" if state.has_target
                 else episode_detail(state, self.runtime.scene.object_names))
@@ -333,6 +354,10 @@ class SimNode(LeanEventsMixin, Node):
                                f"{told}")
 
     def _on_instruction(self, msg: String) -> None:
+        with self._lock:
+            self._follow_instruction(msg)
+
+    def _follow_instruction(self, msg: String) -> None:
         text = " ".join(msg.data.split())  # as policy_node republishes it
         before = self.runtime.task_state
         if text == " ".join(before.instruction.split()) and not before.done:
@@ -351,20 +376,23 @@ class SimNode(LeanEventsMixin, Node):
         self._publish_episode(state)
 
     def _on_reset(self, request: Trigger.Request, response: Trigger.Response):
-        self._start_episode()
-        state = self.runtime.task_state
-        response.success = True
-        response.message = (f"episode {self._episode} seed {self.runtime.episode_seed}: "
-                            f"{state.instruction}")
+        with self._lock:
+            self._start_episode()
+            state = self.runtime.task_state
+            response.success = True
+            response.message = (f"episode {self._episode} seed {self.runtime.episode_seed}: "
+                                f"{state.instruction}")
         return response
 
     def _on_pause(self, request: SetBool.Request, response: SetBool.Response):
         if request.data != self._paused:
-            self._paused = request.data
-            # Pacing and the rate window restart: the paused wall time is neither stepped
-            # afterwards nor reported as a real-time shortfall.
-            self._last_wall, self._debt_s = None, 0.0
-            self._window = (time.monotonic(), self.sim_time_s())
+            with self._lock:
+                self._paused = request.data
+                # Pacing and the rate window restart: the paused wall time is neither
+                # stepped afterwards nor reported as a real-time shortfall.
+                self._last_wall, self._debt_s = None, 0.0
+                self._window = (time.monotonic(), self.sim_time_s())
+            self.physics.wake()  # resumed: the next turn is now, not after an idle wait
             self.get_logger().info("paused" if self._paused else "resumed")
         response.success = True
         response.message = "paused" if self._paused else "running"
@@ -386,7 +414,7 @@ class SimNode(LeanEventsMixin, Node):
             self._scored_since_wall = None
         else:
             self._scored_since_wall = None
-        self.episode_pub.publish(String(data=json.dumps(report)))
+        self.publishing.publish(self.episode_pub, String(data=json.dumps(report)))
         if report["status"] in TERMINAL:
             self.get_logger().info(f"episode {self._episode} ended: {report['status']} after "
                                    f"{state.elapsed_s:.2f} s")
@@ -400,6 +428,11 @@ class SimNode(LeanEventsMixin, Node):
     def _clamped(self, reason: str, message: str) -> None:
         if self.clamps.record(reason, time.monotonic()):
             self.get_logger().warning(f"{message} [{self.clamps.counts[reason]} so far]")
+
+    def _on_effort_locked(self, msg: Float64MultiArray) -> None:
+        with self._lock:
+            self._take_gripper()
+            self._on_effort(msg)
 
     def _on_effort(self, msg: Float64MultiArray) -> None:
         values, reason, detail = command_values(msg, len(ARM_JOINT_NAMES))
@@ -423,7 +456,12 @@ class SimNode(LeanEventsMixin, Node):
         if verdict is CommandVerdict.RESUMED:
             self.get_logger().info("arm commands returned: lockstep resumed")
         elif verdict is CommandVerdict.ANSWER and not self._paused:
+            self._accrue(now)
             self._step_lockstep()
+
+    def _take_gripper(self) -> None:
+        for msg in self.gripper_commands.take_all():
+            self._on_gripper(msg)
 
     def _on_gripper(self, msg: Float64MultiArray) -> None:
         values, reason, detail = command_values(msg, 1)
@@ -460,13 +498,15 @@ class SimNode(LeanEventsMixin, Node):
         return (self._lockstep_configured() and not self.lockstep.free_running
                 and self.count_publishers("arm_controller/commands") > 0)
 
-    def _loop(self) -> None:
-        if self._paused:
-            return
-        wall = time.monotonic()
+    def _wait_s(self) -> float:
+        """How long the physics thread may sleep before its next turn (wall s)."""
+        return self.physics.idle_wait_s if self._paused else self._turn_period_s
+
+    def _accrue(self, wall: float) -> int:
+        """Add the wall time since the last turn to the step debt; the steps now due."""
         if self._last_wall is None:
             self._last_wall = wall
-            return
+            return 0
         self._debt_s += (wall - self._last_wall) * self.config.real_time_factor
         self._last_wall = wall
         n = int(self._debt_s / self.dt + 1e-6)
@@ -474,6 +514,19 @@ class SimNode(LeanEventsMixin, Node):
             self.steps_dropped += n - self._max_batch
             self._debt_s -= (n - self._max_batch) * self.dt
             n = self._max_batch
+        return n
+
+    def _turn(self) -> None:
+        """The physics thread's turn after each wake-up (a command's or its pace's)."""
+        with self._lock:
+            self._take_gripper()
+            self._loop()
+
+    def _loop(self) -> None:
+        if self._paused:
+            return
+        wall = time.monotonic()
+        n = self._accrue(wall)
         if n == 0:
             return
         if self._lockstep_active():
@@ -560,7 +613,7 @@ class SimNode(LeanEventsMixin, Node):
         meanwhile, so every subscriber's states go stale (the tracker faults); say so
         where it starts."""
         start_s = time.perf_counter()
-        self.joint_pub.publish(msg)
+        self.publishing.publish(self.joint_pub, msg)
         took_s = time.perf_counter() - start_s
         if self.publish_watch.note(took_s) and self._publish_log.record("stall",
                                                                          time.monotonic()):
@@ -574,14 +627,20 @@ class SimNode(LeanEventsMixin, Node):
         time_s, stamp = token
         frame = self.runtime.finish_frame(time_s, rgbd)
         header = Header(stamp=stamp, frame_id=CAMERA_FRAME)
-        self.info_pub.publish(camera_info_msg(frame.camera, header))
-        self.color_pub.publish(image_msg(frame.color, header))
-        self.depth_pub.publish(image_msg(frame.depth, header))
+        self.publishing.publish(self.info_pub, camera_info_msg(frame.camera, header))
+        self.publishing.publish(self.color_pub, image_msg(frame.color, header))
+        self.publishing.publish(self.depth_pub, image_msg(frame.depth, header))
         self.rates["camera"].tick(time.monotonic())
 
     # -- diagnostics --------------------------------------------------------------------------
 
     def _publish_diagnostics(self) -> None:
+        if self.physics.failure is not None:
+            raise RuntimeError("sim_node's physics thread stopped") from self.physics.failure
+        with self._lock:
+            self._publish_diagnostics_locked()
+
+    def _publish_diagnostics_locked(self) -> None:
         cfg = self.config
         wall, sim = time.monotonic(), self.sim_time_s()
         wall0, sim0 = self._window
@@ -630,6 +689,7 @@ class SimNode(LeanEventsMixin, Node):
             "command_timeouts": str(self.command_timeouts),
             "joint_states_publish_ms_max": f"{publish_max_s * 1e3:.3f}",
             "publish_stalls": str(self.publish_watch.stalls),
+            "publish_refused": str(self.publishing.refused_total),
             "lockstep": ("off" if not self._lockstep_configured()
                          else "free_run" if self.lockstep.free_running else "on"),
             "lockstep_timeouts": str(self.lockstep.timeouts),
@@ -645,10 +705,14 @@ class SimNode(LeanEventsMixin, Node):
         msg = DiagnosticArray(status=[status])
         msg.header.stamp = (self._stamp() if cfg.publish_clock
                             else self.get_clock().now().to_msg())
-        self.diag_pub.publish(msg)
+        self.publishing.publish(self.diag_pub, msg)
 
     def destroy_node(self):
-        render = getattr(self, "render", None)  # absent when the parameters were invalid
+        physics = getattr(self, "physics", None)  # absent when the parameters were invalid
+        if physics is not None:
+            physics.stop()
+            self.commands.destroy()
+        render = getattr(self, "render", None)
         if render is not None:
             render.close()
         runtime = getattr(self, "runtime", None)

@@ -159,6 +159,7 @@ def test_tracker_commands_at_rate_within_limits_and_handles_faults(ros, tracker_
     # cores, may still be taking earlier ones off its queue, so the last one it gets is
     # checked once nothing more has come for 0.5 s.
     sent = h.fresh_diagnostics()[1]["efforts_sent"]
+    assert "publish_refused" in h.diagnostics()[1]  # counted, never raised (publish_guard)
     ros.spin_for(0.3)
     assert h.fresh_diagnostics()[1]["efforts_sent"] == sent, \
         "commands must stop after the single zero-effort command"

@@ -24,6 +24,10 @@ from diffusion_policy_ros.sim.task import TaskState
 pytestmark = pytest.mark.ros
 SIM_PARAMS = ["--params-file", str(CONFIG_DIR / "sim.yaml")]
 LATCHED = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+#: How long to wait for the sim's report of something it did: it acts within half a
+#: second, but next to CPU burners its diagnostics can reach this process 1-3 s late
+#: (docs/safety.md, "A refused publish").
+REPORT_WAIT_S = 15.0
 
 
 class SimHarness:
@@ -33,6 +37,7 @@ class SimHarness:
         self.ros = ros
         node = ros.node
         self.joint_states = []  # (stamp_ns, wall_s, positions, efforts)
+        self.joint_state_stamps_ns = []
         self.frames = {}  # stamp_ns -> {"rgb": Image, "depth": Image, "info": CameraInfo}
         self.frame_wall_s = []
         self.frame_stamps_ns = []
@@ -43,8 +48,9 @@ class SimHarness:
             for key, kind, topic in (("rgb", Image, "camera/rgb/image_raw"),
                                      ("depth", Image, "camera/depth_to_rgb/image_raw"),
                                      ("info", CameraInfo, "camera/rgb/camera_info")):
+                # A second of frames: a late take of this process loses none of them.
                 node.create_subscription(kind, topic, lambda m, k=key: self._on_frame(k, m),
-                                         QoSProfile(depth=5))
+                                         QoSProfile(depth=30))
         node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics,
                                  QoSProfile(depth=50))
         node.create_subscription(String, "sim/episode",
@@ -66,6 +72,7 @@ class SimHarness:
         assert list(msg.name) == list(JOINT_NAMES)
         self.joint_states.append((stamp_to_ns(msg.header.stamp), time.monotonic(),
                                   list(msg.position), list(msg.effort)))
+        self.joint_state_stamps_ns.append(self.joint_states[-1][0])
 
     def _on_frame(self, key, msg):
         stamp = stamp_to_ns(msg.header.stamp)
@@ -125,31 +132,37 @@ class SimHarness:
                 return
 
 
-def rate_over(ros, count, window_s=2.0):
-    """(events per wall second, wall window) for a callable returning a running count."""
-    start, t0 = count(), time.monotonic()
+def rate_over(ros, stamps_ns, window_s=2.0):
+    """Messages per second of their own header stamps (ROS time: the node's wall rate)
+    among those taken during a ``window_s`` spin. Not per second of arrival: next to CPU
+    burners this process drains its queues seconds late and in bursts, so arrival times
+    would measure this process rather than the node (docs/safety.md)."""
+    start = len(stamps_ns)
     ros.spin_for(window_s)
-    elapsed = time.monotonic() - t0
-    return (count() - start) / elapsed
+    new = stamps_ns[start:]
+    if len(new) < 2:
+        return 0.0
+    return (len(new) - 1) / max(1e-9, (new[-1] - new[0]) * 1e-9)
 
 
-def rate_or_reported_shortfall(ros, h, count, nominal_hz: float, key: str) -> float:
+def rate_or_reported_shortfall(ros, h, stamps_ns, nominal_hz: float, key: str) -> float:
     """A stream's rate within 20% of ``nominal_hz``, counted here and by the node; or,
     where the machine is too busy for real time, the node saying so: WARN 'below' with
     the real-time factor it achieves, and its own count of the stream agreeing with ours."""
     rates = []
     for _ in range(3):  # a busy machine can stall one window
-        rates.append(rate_over(ros, count))
+        rates.append(rate_over(ros, stamps_ns))
         if 0.8 * nominal_hz <= rates[-1] <= 1.2 * nominal_hz:
             ros.spin_until(lambda: 0.8 * nominal_hz < float(h.value(key, "nan"))
-                           < 1.2 * nominal_hz, 5.0,
+                           < 1.2 * nominal_hz, REPORT_WAIT_S,
                            lambda: f"{key} in diagnostics: {h.diagnostics()}")
             return rates[-1]
     assert max(rates) < 1.2 * nominal_hz, f"{key}: {rates} faster than {nominal_hz} Hz"
-    ros.spin_until(lambda: "below" in h.diagnostics()[1], 5.0,
+    ros.spin_until(lambda: "below" in h.diagnostics()[1], REPORT_WAIT_S,
                    lambda: f"{key} {rates} Hz but no shortfall reported: {h.diagnostics()}")
     level, message, values = h.diagnostics()
-    assert level == DiagnosticStatus.WARN and float(values["real_time_factor"]) < 0.9, message
+    # WARN below 0.9 of the target; the value has three decimals (0.8996 reads "0.900").
+    assert level == DiagnosticStatus.WARN and float(values["real_time_factor"]) <= 0.9, message
     reported = float(values[key])
     assert reported == pytest.approx(np.median(rates), rel=0.3), (key, rates, reported)
     return rates[-1]
@@ -171,10 +184,9 @@ def test_sim_node_streams_obeys_commands_and_resets(ros, sim_node):
 
     # Rates: joint_states 500 Hz and camera 30 Hz, as counted here and by the node itself
     # (or, on a machine too busy for real time, the shortfall reported by the node).
-    js_rate = rate_or_reported_shortfall(ros, h, lambda: len(h.joint_states), 500.0,
+    js_rate = rate_or_reported_shortfall(ros, h, h.joint_state_stamps_ns, 500.0,
                                          "joint_states_rate_hz")
-    cam_rate = rate_or_reported_shortfall(ros, h, lambda: len(h.frame_wall_s), 30.0,
-                                          "camera_rate_hz")
+    cam_rate = rate_or_reported_shortfall(ros, h, h.frame_stamps_ns, 30.0, "camera_rate_hz")
     stamps = [s for s, *_ in h.joint_states]
     assert all(b > a for a, b in zip(stamps, stamps[1:], strict=False)), "stamps must increase"
     print(f"measured: joint_states {js_rate:.0f} Hz, camera {cam_rate:.1f} Hz, diagnostics "
@@ -183,6 +195,8 @@ def test_sim_node_streams_obeys_commands_and_resets(ros, sim_node):
     # No joint_states publish blocked the loop (the transport never held the sim).
     assert h.value("publish_stalls") == "0", h.diagnostics()
     assert float(h.value("joint_states_publish_ms_max")) < 100.0, h.diagnostics()
+    # A publish the middleware refuses is counted there, not raised (ros/publish_guard.py).
+    assert h.value("publish_refused", None) is not None, h.diagnostics()
 
     # Instruction: latched, so a subscriber that comes long after the episode start gets it.
     late = []
@@ -222,22 +236,27 @@ def test_sim_node_streams_obeys_commands_and_resets(ros, sim_node):
     h.command_for(0.5, [0.0] * 6)
     assert np.abs(h.q() - q0)[:6].max() < 2e-3, (q0, h.q())
     h.command_until([0.0] * 6, lambda: h.value("commands_stale") == "false"
-                    and float(h.value("command_age_s", "nan")) < 0.1, 5.0,
+                    and float(h.value("command_age_s", "nan")) < 0.1, REPORT_WAIT_S,
                     lambda: f"fresh commands on diagnostics: {h.diagnostics()}")
 
     # A constant effort on joint_1 turns the arm about the vertical axis.
     q0, n_before = h.q(), len(h.joint_states)
     h.command_for(0.4, [10.0, 0, 0, 0, 0, 0])
-    assert h.q()[0] - q0[0] > 0.05, (q0, h.q())
+    # The arm coasts on after the push, and this process may see the states late.
+    ros.spin_until(lambda: h.q()[0] - q0[0] > 0.05, 10.0, lambda: f"joint_1 turned: {h.q()}")
     # joint_1 carries no gravity torque: it reports exactly the commanded effort (a stall of
-    # this process longer than command_timeout_s may show a stale zero now and then).
-    pushed = [e[0] for *_, e in h.joint_states[n_before:]]
+    # this process longer than command_timeout_s may show a stale zero now and then),
+    # from the first state that carries the push to the last.
+    efforts = [e[0] for *_, e in h.joint_states[n_before:]]
+    carried = [k for k, e in enumerate(efforts) if abs(e - 10.0) < 1e-6]
+    assert carried, efforts
+    pushed = efforts[carried[0]:carried[-1] + 1]
     assert sum(abs(e - 10.0) < 1e-6 for e in pushed) > 0.5 * len(pushed), pushed
 
     # Commands stop: WARN "commands stale" and zero effort (joint_1 coasts; without any
     # stiffness the moving arm's coupled joints swing along: holding is checked after reset).
     ros.spin_until(lambda: h.diagnostics()[0] == DiagnosticStatus.WARN
-                   and "commands stale" in h.diagnostics()[1], 5.0,
+                   and "commands stale" in h.diagnostics()[1], REPORT_WAIT_S,
                    lambda: f"stale commands on diagnostics: {h.diagnostics()}")
     assert int(h.value("command_timeouts")) >= 1 and h.value("commands_stale") == "true"
     ros.spin_until(lambda: abs(h.joint_states[-1][3][0]) < 1e-6, 2.0, "zero effort on joint_1")
