@@ -53,6 +53,11 @@ module                 command                          what it measures
                                                         stalls, tracker faults, with the package's
                                                         Fast DDS profiles vs shared memory (starts
                                                         ROS)
+``loaded_startup``     ``dpr bench loaded-startup``     ``sim_node`` started N times next to CPU
+                                                        burners with a test-like subscriber:
+                                                        exits, refused publishes, when the sim had
+                                                        the first command and how late its
+                                                        reports arrived (starts ROS)
 =====================  ===============================  ==========================================
 
 Nothing is imported here: each benchmark pulls in only what it measures (torch,

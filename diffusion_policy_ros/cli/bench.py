@@ -52,7 +52,10 @@ def add_parser(sub) -> None:
              "(--envs 1 2)", "rollouts"),
             ("frozen-subscriber", "a joint_states subscriber frozen and resumed N times next "
              "to sim_node and the tracker: sim publish stalls, tracker faults, with the "
-             "package's Fast DDS profiles vs shared memory", "frozen_subscriber")):
+             "package's Fast DDS profiles vs shared memory", "frozen_subscriber"),
+            ("loaded-startup", "sim_node started N times next to CPU burners with a "
+             "test-like subscriber: exits, refused publishes, how late its reports arrive",
+             "loaded_startup")):
         add_module_command(bench_sub, name, help_text, f"diffusion_policy_ros.bench.{module}")
     tick = bench_sub.add_parser("tick", help="PdTracker tick and submit_chunk time (no ROS)")
     tick.set_defaults(func=lambda args: run_module("diffusion_policy_ros.bench.tracker_tick"))
