@@ -281,8 +281,8 @@ class PdTrackerNode(LeanEventsMixin, Node):
             self._submit(self._pending_chunks.popleft())
 
     def _publish_diagnostics(self) -> None:
-        if self.loop is not None and self.loop.failure is not None:
-            raise RuntimeError("pd_tracker_node's control loop stopped") from self.loop.failure
+        if self.loop is not None:
+            self.loop.raise_failure("pd_tracker_node's control loop")
         now, ticks = time.perf_counter(), self._ticks_total
         rate = (ticks - self._window[0]) / max(1e-9, now - self._window[1])
         self._window = (ticks, now)

@@ -109,6 +109,11 @@ class _ControlThread:
     def _failed(self, exc: BaseException) -> None:
         self.failure = exc
 
+    def raise_failure(self, what: str) -> None:
+        """Raise for the owner (``what`` stopped) if ``_loop`` ended with an exception."""
+        if self.failure is not None:
+            raise RuntimeError(f"{what} stopped") from self.failure
+
 
 class PeriodicThread(_ControlThread):
     """Calls ``step()`` every ``period_s`` at absolute steady-clock deadlines, on its own thread.
@@ -172,7 +177,7 @@ class MessageDrivenThread(_ControlThread):
         self._source.wake()
 
     def _interrupt(self) -> None:
-        self._source.wake()
+        self.wake()
 
     def _loop(self) -> None:
         while not self._stop.is_set():

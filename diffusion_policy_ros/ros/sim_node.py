@@ -635,8 +635,7 @@ class SimNode(LeanEventsMixin, Node):
     # -- diagnostics --------------------------------------------------------------------------
 
     def _publish_diagnostics(self) -> None:
-        if self.physics.failure is not None:
-            raise RuntimeError("sim_node's physics thread stopped") from self.physics.failure
+        self.physics.raise_failure("sim_node's physics thread")
         with self._lock:
             self._publish_diagnostics_locked()
 
