@@ -92,6 +92,7 @@ class GraspCommander:
         self.errors_after_ready: dict[str, dict] = {}
         self.ready = False
         self.episodes: dict[int, dict] = {}  # episode number -> latest sim/episode report
+        self.resets_started_by_report = 0  # see reset_episode
         self.ended: list[dict] = []  # reports of episodes that ended, in order
         self.tracker_p99: list[tuple[float, float]] = []  # (monotonic s, period_error p99)
         self.node.create_subscription(JointTrajectory, "policy/action_chunk", self._on_chunk,
@@ -214,9 +215,23 @@ class GraspCommander:
         self.instruction_pub.publish(String(data=text))
 
     def reset_episode(self, timeout_s: float = 30.0) -> int:
-        """Start the next episode (``sim_node/reset``); returns its number."""
+        """Start the next episode (``sim_node/reset``); returns its number.
+
+        The episode has started when the reset answers or when ``sim/episode`` reports
+        a newer episode, whichever comes first: a reply the middleware lost is only sent
+        again at the writer's next heartbeat (seconds later under load), and the
+        episode's record and chunk count must not start that late. A reset is never
+        sent twice; ``resets_started_by_report`` counts those the report started."""
         known = max(self.episodes, default=0)
-        response = self._call(self.reset_client, Trigger.Request(), timeout_s)
+
+        def reported() -> bool:
+            return max(self.episodes, default=0) > known
+
+        response = self._call(self.reset_client, Trigger.Request(), timeout_s,
+                              or_until=reported)
+        if response is None:
+            self.resets_started_by_report += 1
+            return max(self.episodes)
         if not response.success:
             raise CommanderStopped(f"sim_node/reset failed: {response.message}")
         match = re.match(r"episode (\d+)", response.message)
@@ -227,20 +242,29 @@ class GraspCommander:
         (std_srvs/SetBool)."""
         self._call(self.pause_client, SetBool.Request(data=paused), timeout_s, repeat=True)
 
-    def _call(self, client, request, timeout_s: float, repeat: bool = False):
+    def _call(self, client, request, timeout_s: float, repeat: bool = False,
+              or_until: Callable[[], bool] = lambda: False):
         """The service's response to ``request``; CommanderStopped when the service is
         not there or does not answer within ``timeout_s``. ``repeat``: asked again every
         5 s while unanswered, for a request that may be repeated safely (a Fast DDS
         service can drop the response to a client it has not matched yet); a reset
-        must not be."""
+        must not be. ``or_until``: another sign that the request took effect; None if
+        it came before the response (which is then no longer awaited)."""
         if not self.spin_until(client.service_is_ready, timeout_s):
             raise CommanderStopped(f"service {client.srv_name} not available")
         deadline = time.monotonic() + timeout_s
         while True:
             future = client.call_async(request)
             wait_s = max(0.0, deadline - time.monotonic())
-            if self.spin_until(future.done, min(5.0, wait_s) if repeat else wait_s):
-                return future.result()
+
+            def settled(future=future) -> bool:
+                return future.done() or or_until()
+
+            if self.spin_until(settled, min(5.0, wait_s) if repeat else wait_s):
+                if future.done():
+                    return future.result()
+                client.remove_pending_request(future)
+                return None
             client.remove_pending_request(future)
             if not repeat or time.monotonic() > deadline:
                 raise CommanderStopped(f"{client.srv_name} did not answer within "

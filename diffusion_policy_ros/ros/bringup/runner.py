@@ -200,7 +200,8 @@ def run(opts: Options) -> int:
         snapshot = (dict(diagnostics=commander.diagnostics, chunks=list(commander.chunks),
                          episode_chunks=list(commander.episode_chunk_latencies_ms),
                          tracker_p99=list(commander.tracker_p99), ended=list(commander.ended),
-                         errors=dict(commander.errors_after_ready))
+                         errors=dict(commander.errors_after_ready),
+                         resets_started_by_report=commander.resets_started_by_report)
                     if commander is not None else None)
         if commander is not None:
             commander.close()
@@ -229,6 +230,7 @@ def run(opts: Options) -> int:
         "cpu_core_s_per_sim_s": cpu or None,
         "episodes": records,
         "aborted": aborted or None,
+        "resets_started_by_report": snapshot["resets_started_by_report"],
         "wall_s": round(time.monotonic() - started, 1),
         "checkpoint": checkpoint,
         "instruction_override": opts.instruction,

@@ -4,7 +4,8 @@ The graph is ``dpr bringup`` in run-until-signal mode (the same processes
 ``ros2 launch`` starts) with a tiny policy (it will not grasp: the episode ends at
 the sim's 5 s limit); the commander in this process waits for it, instructs, runs
 an episode and reads the diagnostics; SIGTERM then stops every node by PID and the
-run's summary lists the commander's episode.
+run's summary lists the commander's episode. A stand-in for the sim's reset service
+(``late_reset_sim.py``) holds its reply back, as a lost DDS reply is.
 """
 
 import json
@@ -17,6 +18,7 @@ import pytest
 
 from diffusion_policy_ros.ros.bringup.commander import GRAPH_NODES, GraspCommander
 from diffusion_policy_ros.ros.bringup.statistics import OUTCOMES
+from diffusion_policy_ros.ros.processes import stop_process
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -54,3 +56,22 @@ def test_a_commander_drives_a_running_graph_and_sigterm_stops_it(
     assert len(summary["episodes"]) >= 2  # the commander's and the example's (+ start-up)
     assert set(summary["processes"]) == set(GRAPH_NODES)
     assert_children_gone(summary)
+
+
+@pytest.mark.ros
+def test_an_episode_starts_at_its_report_when_the_reset_reply_is_late(tmp_path):
+    """The reset's reply held back (a lost DDS sample is sent again only at a later
+    heartbeat): the sim's ``sim/episode`` report of the new episode starts it, so its
+    record and chunk count begin with the episode, not with the late reply."""
+    hold_s = 120.0
+    with open(tmp_path / "late_reset_sim.log", "w") as log:
+        sim = subprocess.Popen([sys.executable, str(Path(__file__).with_name(
+            "late_reset_sim.py")), str(hold_s)], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        with GraspCommander(node_name="late_reset_commander") as commander:
+            number = commander.reset_episode(timeout_s=60.0)  # < hold_s: the report started it
+            assert number == 1 and commander.resets_started_by_report == 1
+            assert commander.episodes[1]["status"] == "running"
+    finally:
+        stop_process(sim)
+    assert sim.returncode is not None
