@@ -22,6 +22,10 @@ def add_parser(sub) -> None:
                       "time-of-flight depth noise")
     tune.add_argument("--switch-probability", type=float, help="share of episodes with an "
                       "instruction switch after 1 s")
+    tune.add_argument("--replay-failures", metavar="REPORT", help="a dpr eval --report JSON "
+                      "of training seeds (e.g. --seed 200000): its failed seeds are replayed")
+    tune.add_argument("--replay-probability", type=float, help="share of episodes drawn "
+                      "from those failures (default 0.5 with --replay-failures)")
     tune.add_argument("--max-minutes", type=float)
     tune.add_argument("--threads", type=int, help="torch intra-op threads of the learner")
     tune.add_argument("--device", choices=["auto", "cpu", "cuda", "npu"])
@@ -38,7 +42,11 @@ def run(args: argparse.Namespace) -> int:
                  "steps_per_env": args.steps_per_env, "max_minutes": args.max_minutes,
                  "device": args.device, "num_threads": args.threads,
                  "depth_noise": True if args.depth_noise else None,
-                 "switch_probability": args.switch_probability}
+                 "switch_probability": args.switch_probability,
+                 "replay_report": args.replay_failures,
+                 "replay_probability": (0.5 if args.replay_failures
+                                        and args.replay_probability is None
+                                        else args.replay_probability)}
     config = load_finetune_config(args.finetune_config or CONFIG_DIR / "finetune.yaml",
                                   overrides)
     path = finetune(args.init, config, args.out, resume=args.resume)

@@ -8,7 +8,9 @@ One iteration = rollouts, then the update:
    paths around its sampler's chunk (``ppo_policy.py``). Every env runs whole
    episodes until it has collected ``steps_per_env`` steps, so an iteration holds
    complete episodes and the last step of each env ends one (no bootstrap, and a
-   resumed run restarts exactly). Each new frame is encoded once and its features
+   resumed run restarts exactly). With ``replay_report``, a ``replay_probability``
+   share of episodes replays seeds the starting policy failed (``replay_pool``; success
+   on fresh seeds is logged apart). Each new frame is encoded once and its features
    kept while it is in the To history. Samples go to a preallocated
    ``RolloutBuffer`` that is reused across iterations.
 2. **Update** (``PpoLearner``): GAE (gamma, lambda) over the whole buffer at once, advantages
@@ -111,6 +113,36 @@ def make_rl_env(config: FinetuneConfig, seed_start: int, seed_stride: int,
                       num_points=num_points)
 
 
+#: The held-out episodes every evaluation quotes (``dpr eval --seed 5000``); never trained on.
+HELD_OUT_SEEDS = range(5000, 5100)
+
+
+def replay_pool(config: FinetuneConfig) -> list[int]:
+    """The seeds ``config.replay_report`` (a ``dpr eval --report`` JSON) failed, sorted.
+
+    Why a pool: the starting policy lifts about nine in ten training episodes, so an
+    iteration's few failures are all PPO learns a better grasp from; replaying the
+    seeds it failed puts more of them into every update. A report that failed a
+    held-out seed is refused, as training on it would bias every evaluation.
+    """
+    if not config.replay_report or config.replay_probability <= 0.0:
+        return []
+    path = Path(config.replay_report)
+    try:
+        episodes = json.loads(path.read_text(encoding="utf-8"))["episodes"]
+        failed = sorted({int(e["seed"]) for e in episodes if not e["success"]})
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"replay_report {path}: not a dpr eval report ({exc})") from exc
+    held_out = [s for s in failed if s in HELD_OUT_SEEDS]
+    if held_out:
+        raise ValueError(f"replay_report {path} names held-out seeds {held_out[:5]} "
+                         f"({HELD_OUT_SEEDS.start}-{HELD_OUT_SEEDS.stop - 1}); evaluate "
+                         "training seeds, e.g. dpr eval --seed 200000")
+    if not failed:
+        raise ValueError(f"replay_report {path}: no failed episode to replay")
+    return failed
+
+
 def exploration_std(config: FinetuneConfig, iteration: int) -> float:
     """Linear from ``std_start`` to ``std_min`` over ``std_decay_iterations``."""
     if config.std_decay_iterations == 0:
@@ -127,6 +159,25 @@ class EpisodeRecord:
     steps: int
     episode_return: float
     terms: dict[str, float]
+    replayed: bool = False
+
+
+#: How long closing the rollout workers waits for a pending step before ending them.
+WORKER_CLOSE_TIMEOUT_S = 5.0
+
+
+def _terminate_workers(envs: gym.vector.AsyncVectorEnv) -> None:
+    """End the workers of ``envs`` by PID. Not gymnasium's ``close(terminate=True)``:
+    with a step pending it first reads the dead worker's pipe and fails again, and the
+    run's reason would end as that EOFError."""
+    for process in envs.processes:
+        if process.is_alive():
+            process.terminate()
+        process.join(timeout=10.0)
+    for pipe in envs.parent_pipes:
+        if pipe is not None:
+            pipe.close()
+    envs.closed = True  # nothing left for close() or __del__ to do
 
 
 class RolloutCollector:
@@ -138,6 +189,7 @@ class RolloutCollector:
         self.device, self.precision = device, precision
         c = ac.config
         n = config.num_envs
+        self.replay_seeds = replay_pool(config)  # before any worker starts: may refuse
         self.first_env = rank * n
         self.total_envs = world * n
         fns = [functools.partial(make_rl_env, config, 0, 1, c.image_size, c.num_points)
@@ -153,20 +205,39 @@ class RolloutCollector:
                 fns, autoreset_mode=gym.vector.AutoresetMode.DISABLED)
         #: Episodes each env has started (its k in seed + g + k * G), saved for resume.
         self.episodes_started = np.zeros(n, dtype=np.int64)
+        self.replaying = np.zeros(n, dtype=bool)  # each env's current episode is a replay
         self.language = LanguageEmbedder(c.language_model)
         self.generator = torch.Generator(device=device).manual_seed(config.seed + rank)
         self._buffers: dict[bool, RolloutBuffer] = {}
 
     def close(self) -> None:
-        try:
-            self.envs.close()
-        except (OSError, EOFError):  # a worker is gone: end the others without asking
-            self.envs.close(terminate=True)
+        """End the envs. A dead worker: the others are ended by PID at once. Otherwise
+        gymnasium's close, bounded: with a step pending it first waits for every worker's
+        answer, and a worker that already answered would keep it waiting forever."""
+        envs = self.envs
+        if isinstance(envs, gym.vector.AsyncVectorEnv):
+            if not all(process.is_alive() for process in envs.processes):
+                _terminate_workers(envs)
+                return
+            try:
+                envs.close(timeout=WORKER_CLOSE_TIMEOUT_S)
+            except (OSError, EOFError):  # a worker died meanwhile
+                _terminate_workers(envs)
+        else:
+            envs.close()
 
     def _next_seed(self, env: int) -> int:
+        """A fresh seed, or with ``replay_probability`` one of the replayed failures; the
+        choice depends only on (seed, env, k), so a resumed run draws the same."""
         k = int(self.episodes_started[env])
         self.episodes_started[env] += 1
-        return self.config.seed + self.first_env + env + k * self.total_envs
+        g = self.first_env + env
+        if self.replay_seeds:
+            rng = np.random.default_rng([self.config.seed, g, k])
+            self.replaying[env] = rng.random() < self.config.replay_probability
+            if self.replaying[env]:
+                return int(rng.choice(self.replay_seeds))
+        return self.config.seed + g + k * self.total_envs
 
     def buffer(self, joint: bool) -> RolloutBuffer:
         """The (reused) buffer of a stage; the joint stage also keeps raw observations."""
@@ -300,7 +371,7 @@ class RolloutCollector:
                     episodes.append(EpisodeRecord(
                         current_seed[i], bool(info["success"][i]),
                         bool(info["wrong_object"][i]), tot["steps"], tot["ret"],
-                        {term: tot[term] for term in TERMS}))
+                        {term: tot[term] for term in TERMS}, bool(self.replaying[i])))
                     totals[i] = dict(ret=0.0, steps=0, **dict.fromkeys(TERMS, 0.0))
                     features[i] = None
                     if steps[i] >= cfg.steps_per_env:
@@ -500,11 +571,13 @@ class PpoLearner:
 
 def _episode_figures(episodes: list[EpisodeRecord], world: int) -> dict[str, float]:
     """Success, wrong-object rate, return and reward terms per episode, over all ranks."""
+    fresh = [e for e in episodes if not e.replayed]
     sums = torch.tensor([len(episodes), sum(e.success for e in episodes),
                          sum(e.wrong_object for e in episodes),
                          sum(e.episode_return for e in episodes),
                          sum(e.steps for e in episodes),
-                         *[sum(e.terms[t] for e in episodes) for t in TERMS]],
+                         *[sum(e.terms[t] for e in episodes) for t in TERMS],
+                         len(fresh), sum(e.success for e in fresh)],
                         dtype=torch.float64)
     if world > 1:
         dist.all_reduce(sums)
@@ -513,6 +586,11 @@ def _episode_figures(episodes: list[EpisodeRecord], world: int) -> dict[str, flo
            "wrong_object_rate": float(sums[2]) / count, "return": float(sums[3]) / count,
            "env_steps": int(sums[4])}
     out |= {f"reward_{t}": float(sums[5 + i]) / count for i, t in enumerate(TERMS)}
+    n_fresh = int(sums[5 + len(TERMS)])
+    # Success on fresh seeds only: the replayed failures would pull the curve down.
+    out |= {"episodes_replayed": out["episodes"] - n_fresh,
+            "success_rate_fresh": (float(sums[6 + len(TERMS)]) / n_fresh if n_fresh
+                                   else float("nan"))}
     return out
 
 
@@ -556,6 +634,7 @@ def finetune(init: str | Path, config: FinetuneConfig, out: str | Path, resume: 
     resuming = resume and (out / STATE_JSON).exists()
     if out.exists() and any(out.iterdir()) and not resume:
         raise FileExistsError(f"{out} is not empty; pass --resume to continue that run")
+    replay_pool(config)  # a bad replay report is refused before anything is written
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(config.seed + d.rank)
     policy, metadata = load_checkpoint(init, joint_names=list(JOINT_NAMES), device=device)

@@ -70,6 +70,11 @@ class FinetuneConfig:
                            choices=("auto", "fp32", "bf16", "fp16"))
     checkpoint_every: int = param(5, "Iterations between checkpoints (policy + exact "
                                   "resume state)", low=1, high=1_000_000)
+    replay_report: str = param("", "A dpr eval --report JSON of training seeds: the seeds "
+                               "its episodes failed are replayed (a curriculum of the "
+                               "starting policy's failures); empty = none")
+    replay_probability: float = param(0.0, "Share of episodes drawn from the replayed "
+                                      "failures instead of a fresh seed", low=0.0, high=1.0)
     seed: int = param(100_000, "Seed of the first training episode (env g of G takes "
                       "seed + g + k * G); far from the held-out 5000-5099", low=0,
                       high=2**31 - 1)

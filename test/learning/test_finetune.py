@@ -130,6 +130,33 @@ def test_a_killed_rollout_worker_stops_the_run_with_the_reason(tiny_checkpoint, 
     load_checkpoint(run / "checkpoint")
 
 
+def test_a_worker_dying_during_a_step_stops_the_run_with_the_reason(tiny_checkpoint, tmp_path,
+                                                                  monkeypatch):
+    """The worker dies with a step pending: closing the envs must not end the run with
+    the dead pipe's EOFError instead of the reason, nor leave the other worker running."""
+    real = ft.RolloutCollector.collect
+    workers = []
+
+    def kill_during_a_step(self, *args, **kwargs):
+        envs = self.envs
+        workers.extend(envs.processes)
+        step_wait = envs.step_wait
+
+        def wait_for_a_dead_worker(*a, **k):
+            envs.processes[1].kill()
+            envs.processes[1].join()
+            return step_wait(*a, **k)
+
+        envs.step_wait = wait_for_a_dead_worker
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(ft.RolloutCollector, "collect", kill_during_a_step)
+    with pytest.raises(ft.FinetuneStopped, match="rollout worker died"):
+        ft.finetune(tiny_checkpoint, dataclasses.replace(SMALL, vector_env="async"),
+                    tmp_path / "run", progress=False)
+    assert workers and not any(w.is_alive() for w in workers)
+
+
 def test_cli_refuses_a_corrupt_checkpoint_in_one_line(tmp_path):
     bad = tmp_path / "bad"
     bad.mkdir()
@@ -167,3 +194,38 @@ def test_two_data_parallel_workers_under_torchrun(tiny_checkpoint, tmp_path):
     # Rank 0 saved its own envs' episode counters; rank 1's envs took the other seeds.
     assert json.loads((run / ft.STATE_JSON).read_text())["episodes_started"][0] >= 4
     load_checkpoint(run / "checkpoint")
+
+
+def _eval_report(path, outcomes: dict[int, bool]):
+    path.write_text(json.dumps({"summary": {}, "episodes": [
+        {"seed": seed, "success": ok} for seed, ok in outcomes.items()]}))
+    return path
+
+
+def test_the_replay_pool_is_the_failed_training_seeds_and_never_a_held_out_one(tmp_path):
+    report = _eval_report(tmp_path / "train.json", {200001: True, 200002: False,
+                                                    200003: False})
+    config = dataclasses.replace(SMALL, replay_report=str(report), replay_probability=0.5)
+    assert ft.replay_pool(config) == [200002, 200003]
+    assert ft.replay_pool(dataclasses.replace(config, replay_probability=0.0)) == []
+    held_out = _eval_report(tmp_path / "held_out.json", {5003: False, 200002: False})
+    with pytest.raises(ValueError, match="held-out seeds \\[5003\\]"):
+        ft.replay_pool(dataclasses.replace(config, replay_report=str(held_out)))
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(ValueError, match="not a dpr eval report"):
+        ft.replay_pool(dataclasses.replace(config, replay_report=str(tmp_path / "bad.json")))
+    all_lifted = _eval_report(tmp_path / "lifted.json", {200001: True})
+    with pytest.raises(ValueError, match="no failed episode"):
+        ft.replay_pool(dataclasses.replace(config, replay_report=str(all_lifted)))
+
+
+def test_replayed_failures_are_a_share_of_the_episodes_and_logged_apart(tiny_checkpoint,
+                                                                        tmp_path):
+    report = _eval_report(tmp_path / "train.json", {200002: False, 200003: False})
+    config = dataclasses.replace(SMALL, iterations=1, steps_per_env=12,
+                                 replay_report=str(report), replay_probability=0.5)
+    ft.finetune(tiny_checkpoint, config, tmp_path / "run", progress=False)
+    (record,) = _log(tmp_path / "run")
+    # The draws depend only on (seed, env, episode): this configuration replays some.
+    assert 0 < record["episodes_replayed"] < record["episodes"]
+    assert 0.0 <= record["success_rate_fresh"] <= 1.0
