@@ -220,6 +220,9 @@ def test_refusals_instruction_change_and_start_stop(ros, start_node, assets):
                    lambda: f"no_instruction refusal: {h.diagnostics()}\n{node.log()}")
     level, message, _ = h.diagnostics()
     assert level == DiagnosticStatus.WARN and "instruction" in message
+    # The log line can reach the node's log file after the diagnostics reach us.
+    ros.spin_until(lambda: "not acting yet: no instruction yet" in node.log(), 10.0,
+                   lambda: f"no 'no instruction' log line:\n{node.log()}")
     assert not h.chunks and node.log().count("not acting yet: no instruction yet") == 1
 
     h.instruct("pick up the red cube")
