@@ -31,7 +31,7 @@ class LateResetSim(Node):
         self.episode += 1
         self.episode_pub.publish(String(data=json.dumps(
             {"episode": self.episode, "seed": 7, "status": "running"})))
-        time.sleep(self.hold_s)
+        time.sleep(self.hold_s)  # ok-sleep: the held reply is what this stand-in models
         response.success = True
         response.message = f"episode {self.episode} seed 7: "
         return response
