@@ -131,3 +131,15 @@ def colcon_install(tmp_path_factory) -> ColconInstall:
         cwd=work, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     return ColconInstall(work / "install")
+
+
+@pytest.fixture(scope="session")
+def accelerator():
+    """This machine's CUDA or Ascend NPU device; the test is skipped where there is none
+    (CI). ``scripts/accelerator_check.sh`` runs these tests on a machine that has one."""
+    from diffusion_policy_ros.policy.devices import resolve_device
+
+    device = resolve_device("auto")
+    if device.type == "cpu":
+        pytest.skip("no CUDA or NPU device on this machine")
+    return device

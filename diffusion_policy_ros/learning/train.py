@@ -40,6 +40,10 @@ from diffusion_policy_ros.learning.dataset import (
     load_episodes,
     split_episodes,
 )
+from diffusion_policy_ros.learning.optimizer_state import (
+    load_optimizer_state_tensors,
+    optimizer_state_tensors,
+)
 from diffusion_policy_ros.learning.train_config import TrainConfig
 from diffusion_policy_ros.policy.checkpoint import load_checkpoint, save_checkpoint
 from diffusion_policy_ros.policy.configuration_diffusion import DiffusionPolicyConfig
@@ -99,10 +103,6 @@ def _to(batch: dict, device: torch.device) -> dict:
     return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
 
 
-def _all_params(optimizer) -> list[torch.nn.Parameter]:
-    return [p for group in optimizer.param_groups for p in group["params"]]
-
-
 def _param_groups(policy, config: TrainConfig) -> list[dict]:
     """One group at ``lr``; the grounding module (if any) in its own at ``grounding_lr_scale``."""
     grounding = getattr(policy, "grounding", None)
@@ -111,25 +111,6 @@ def _param_groups(policy, config: TrainConfig) -> list[dict]:
     own = {id(p) for p in grounding.parameters()}
     return [{"params": [p for p in policy.parameters() if id(p) not in own]},
             {"params": list(grounding.parameters()), "lr": config.lr * config.grounding_lr_scale}]
-
-
-def optimizer_state_tensors(optimizer) -> dict[str, torch.Tensor]:
-    """The optimiser's per-parameter state (AdamW moments, step) as ``adam.<i>.<key>``
-    tensors for a safetensors resume file (no pickles)."""
-    tensors = {}
-    for i, p in enumerate(_all_params(optimizer)):
-        for key, value in optimizer.state.get(p, {}).items():
-            tensors[f"adam.{i}.{key}"] = torch.as_tensor(value).detach().cpu().contiguous()
-    return tensors
-
-
-def load_optimizer_state_tensors(optimizer, tensors: dict[str, torch.Tensor]) -> None:
-    """Put ``optimizer_state_tensors``' output back into the optimiser."""
-    for i, p in enumerate(_all_params(optimizer)):
-        state = {key.split(".", 2)[2]: v.to(p.device) for key, v in tensors.items()
-                 if key.startswith(f"adam.{i}.")}
-        if state:
-            optimizer.state[p] = state
 
 
 def _save_state(out: Path, step: int, policy, ema: EMAModel, optimizer, schedule) -> None:

@@ -178,12 +178,15 @@ class PolicyRunner:
         return torch.Generator(device=self.device).manual_seed(seed)
 
     def predict(self, observations: Sequence[Observation], instruction: str,
-                noise: int | torch.Generator | None = None) -> np.ndarray:
+                noise: int | torch.Generator | torch.Tensor | None = None) -> np.ndarray:
         """(T, D) float64 joint targets; row k is for observation stamp + k * action_dt_s.
 
         ``noise``: an int fixes this call's initial noise (the sampler is then
         deterministic); a generator from ``noise_stream`` draws the next noise of its
-        sequence; None draws from torch's global generator. Stage durations of this call
+        sequence; a tensor is the draws themselves, shaped as ``policy.initial_noise``
+        makes them (S, K, T, D) on any device, so one chunk can be reproduced on another
+        device, whose generators draw other numbers; None draws from torch's global
+        generator. Stage durations of this call
         are in ``last_timings_ms``. A frame seen in an earlier call (the same ``image``
         and ``points`` arrays, the same instruction) is not encoded again
         (``FrameFeatureCache``).
@@ -192,20 +195,29 @@ class PolicyRunner:
         with self.timer.stage("total"):
             with self.timer.stage("language"):
                 embedding = self.language.embed(instruction)
-            generator = noise
-            if isinstance(noise, int):
-                generator = self.noise_stream(noise)
             self._check(observations)
             state = self._stack(observations, "joint_positions", np.float32)
             language = torch.from_numpy(embedding)[None].to(self.device)
             with torch.inference_mode(), autocast_context(self.device, self.precision):
                 frames = self._frame_features(observations, instruction, language)
-                noises = self.policy.initial_noise(self.num_samples, self.num_inference_steps,
-                                                   generator, self.device)
+                noises = self._initial_noise(noise)
                 chunk = self.backend.chunk(frames, language, state, noises,
                                            self.num_inference_steps, self.num_samples,
                                            self.timer)
             return chunk[0].float().cpu().numpy().astype(np.float64)
+
+    def _initial_noise(self, noise: int | torch.Generator | torch.Tensor | None
+                       ) -> torch.Tensor:
+        if isinstance(noise, torch.Tensor):
+            expected = (self.policy.noise_draws(self.num_inference_steps), self.num_samples,
+                        self.config.horizon, self.config.action_dim)
+            if tuple(noise.shape) != expected:
+                raise ValueError(f"noise tensor of shape {tuple(noise.shape)}, expected "
+                                 f"{expected} (draws, samples, horizon, action dim)")
+            return noise.to(self.device, torch.float32)
+        generator = self.noise_stream(noise) if isinstance(noise, int) else noise
+        return self.policy.initial_noise(self.num_samples, self.num_inference_steps,
+                                         generator, self.device)
 
     def _frame_features(self, observations: Sequence[Observation], instruction: str,
                         language: torch.Tensor) -> dict[str, torch.Tensor]:

@@ -1,7 +1,17 @@
 """dpr bench policy: ``benchmark_policy`` reports every stage for every policy and step
 count."""
 
-from diffusion_policy_ros.bench.policy_stages import STAGES, benchmark_policy, format_table
+import json
+
+import yaml
+
+from diffusion_policy_ros.bench.policy_stages import (
+    INSTRUCTION,
+    STAGES,
+    benchmark_policy,
+    format_table,
+    main,
+)
 
 
 def test_rows_and_table(make_config, language):
@@ -21,3 +31,22 @@ def test_rows_and_table(make_config, language):
     assert rows[-1]["stage"] == "language_miss"
     table = format_table(rows)
     assert table.count("\n| unet |") == 4 and "denoiser_step" in table and "cache miss" in table
+
+
+def test_a_language_cache_replaces_the_sentence_model(language, tmp_path, capsys):
+    """--language-cache: embeddings from LanguageEmbedder's JSON, no cache-miss row (a host
+    without the sentence model, such as an accelerator machine)."""
+    language.embed(INSTRUCTION)  # the fixture's embedder writes its cache file
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump({
+        "image_size": [32, 32], "image_crop_size": [28, 28], "num_points": 64,
+        "image_base_channels": 8, "image_stages": 2, "image_token_grid": 2, "norm_groups": 4,
+        "point_feature_dim": 32, "point_tokens": 4, "fusion_dim": 32, "fusion_heads": 2,
+        "cond_dim": 32, "timestep_embed_dim": 16, "unet_base_dim": 16, "unet_levels": 2,
+        "unet_kernel_size": 3}))
+    out = tmp_path / "rows.json"
+    main(["--config", str(config), "--steps", "2", "--samples", "1", "--repeats", "2",
+          "--language-cache", str(language.cache_path), "--json", str(out)])
+    assert "cache miss" not in capsys.readouterr().out
+    rows = json.loads(out.read_text())
+    assert rows and all(r["stage"] != "language_miss" for r in rows)

@@ -13,6 +13,7 @@ from safetensors.torch import load_file
 
 from diffusion_policy_ros.learning import finetune as ft
 from diffusion_policy_ros.learning.finetune_config import FinetuneConfig, load_finetune_config
+from diffusion_policy_ros.learning.ppo_update import STATE_JSON, STATE_TENSORS
 from diffusion_policy_ros.policy.checkpoint import load_checkpoint
 from diffusion_policy_ros.ros.processes import stop_process
 
@@ -66,8 +67,8 @@ def test_resume_is_exact(tiny_checkpoint, tmp_path):
     ft.finetune(tiny_checkpoint, dataclasses.replace(SMALL, iterations=2), split,
                 progress=False)
     ft.finetune(tiny_checkpoint, SMALL, split, resume=True, progress=False)
-    a = load_file(str(straight / ft.STATE_TENSORS))
-    b = load_file(str(split / ft.STATE_TENSORS))
+    a = load_file(str(straight / STATE_TENSORS))
+    b = load_file(str(split / STATE_TENSORS))
     assert set(a) == set(b)
     assert [name for name in a if not torch.equal(a[name], b[name])] == []
     drop = ("rollout_s", "update_s", "env_steps_per_s")
@@ -106,7 +107,7 @@ def test_a_non_finite_observation_stops_the_iteration_naming_the_seed(tiny_check
     with pytest.raises(ft.FinetuneStopped, match=r"iteration 2 stopped: episode seed 70\d\d"):
         ft.finetune(tiny_checkpoint, SMALL, run, resume=True, progress=False)
     assert (run / "checkpoint" / "model.safetensors").read_bytes() == before
-    assert json.loads((run / ft.STATE_JSON).read_text())["iteration"] == 1
+    assert json.loads((run / STATE_JSON).read_text())["iteration"] == 1
 
 
 def test_a_killed_rollout_worker_stops_the_run_with_the_reason(tiny_checkpoint, tmp_path,
@@ -126,7 +127,7 @@ def test_a_killed_rollout_worker_stops_the_run_with_the_reason(tiny_checkpoint, 
     with pytest.raises(ft.FinetuneStopped, match="rollout worker died"):
         ft.finetune(tiny_checkpoint, dataclasses.replace(SMALL, vector_env="async"), run,
                     progress=False)
-    assert json.loads((run / ft.STATE_JSON).read_text())["iteration"] == 1
+    assert json.loads((run / STATE_JSON).read_text())["iteration"] == 1
     load_checkpoint(run / "checkpoint")
 
 
@@ -192,7 +193,7 @@ def test_two_data_parallel_workers_under_torchrun(tiny_checkpoint, tmp_path):
     # Both ranks' episodes are counted: 2 ranks x 2 envs x at least 2 episodes.
     assert all(r["episodes"] >= 8 for r in log)
     # Rank 0 saved its own envs' episode counters; rank 1's envs took the other seeds.
-    assert json.loads((run / ft.STATE_JSON).read_text())["episodes_started"][0] >= 4
+    assert json.loads((run / STATE_JSON).read_text())["episodes_started"][0] >= 4
     load_checkpoint(run / "checkpoint")
 
 
