@@ -39,6 +39,10 @@ module                 command                          what it measures
                                                         chunk latency at 1 and 2 threads, speed-up
                                                         over the reference, their ``dpr eval``
                                                         figures
+``activations``        ``dpr bench activations``        the policy's Mish written with one exp
+                                                        against ``torch.nn.functional.mish``,
+                                                        eager and Inductor-compiled: median us,
+                                                        speed-up, error to float64
 ``gae``                ``dpr bench gae``                GAE over a whole rollout at once vs the
                                                         reverse Python loop: median ms, speed-up,
                                                         max difference

@@ -46,6 +46,8 @@ def add_parser(sub) -> None:
              "(config/bench_lightdp.yaml)", "lightdp"),
             ("tracking", "tracker on the simulated arm, expert chunks 50-150 ms late: "
              "success, error, jerk per blend strategy (--episodes N)", "sim_tracking"),
+            ("activations", "the policy's one-exp Mish vs torch's, eager and compiled "
+             "(median us, speed-up, error)", "activations"),
             ("gae", "GAE over a whole rollout at once vs the Python loop (median ms, "
              "speed-up, max difference)", "gae"),
             ("rollouts", "dpr finetune's rollout throughput (env steps/s) for N envs "

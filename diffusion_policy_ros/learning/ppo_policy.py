@@ -35,6 +35,7 @@ import math
 import torch
 from torch import nn
 
+from diffusion_policy_ros.policy.activations import Mish
 from diffusion_policy_ros.policy.chunk_smoothing import lowpass_basis
 from diffusion_policy_ros.policy.features import STATE
 from diffusion_policy_ros.policy.modeling_diffusion import DiffusionPolicy
@@ -61,8 +62,8 @@ class ValueNetwork(nn.Module):
                  time_limit_s: float = 20.0):
         super().__init__()
         self.time_limit_s = float(time_limit_s)
-        self.net = nn.Sequential(nn.Linear(cond_dim + state_dim + 1, hidden), nn.Mish(),
-                                 nn.Linear(hidden, hidden), nn.Mish(), nn.Linear(hidden, 1))
+        self.net = nn.Sequential(nn.Linear(cond_dim + state_dim + 1, hidden), Mish(),
+                                 nn.Linear(hidden, hidden), Mish(), nn.Linear(hidden, 1))
 
     def forward(self, cond: torch.Tensor, state: torch.Tensor,
                 elapsed_s: torch.Tensor) -> torch.Tensor:

@@ -7,6 +7,8 @@ import math
 import torch
 from torch import nn
 
+from diffusion_policy_ros.policy.activations import Mish
+
 
 class SinusoidalEmbedding(nn.Module):
     """Transformer-style sin/cos features of a scalar step index (B,) -> (B, dim)."""
@@ -26,7 +28,7 @@ class TimestepEncoder(nn.Sequential):
     """Sinusoidal features -> 2-layer MLP (Chi et al.'s diffusion_step_encoder)."""
 
     def __init__(self, dim: int, out_dim: int | None = None):
-        super().__init__(SinusoidalEmbedding(dim), nn.Linear(2 * (dim // 2), 4 * dim), nn.Mish(),
+        super().__init__(SinusoidalEmbedding(dim), nn.Linear(2 * (dim // 2), 4 * dim), Mish(),
                          nn.Linear(4 * dim, out_dim or dim))
 
 

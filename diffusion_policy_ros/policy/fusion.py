@@ -17,6 +17,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from diffusion_policy_ros.policy.activations import Mish
+
 
 class CrossModalFusion(nn.Module):
     """Scene tokens + language embedding + proprio token -> (B, cond_dim)."""
@@ -29,7 +31,7 @@ class CrossModalFusion(nn.Module):
         self.point_proj = nn.Linear(point_dim, dim)
         self.point_frame = nn.Parameter(0.02 * torch.randn(n_obs_steps, 1, dim))
         self.point_global = nn.Parameter(0.02 * torch.randn(1, 1, dim))
-        self.centre_embed = nn.Sequential(nn.Linear(3, dim), nn.Mish(), nn.Linear(dim, dim))
+        self.centre_embed = nn.Sequential(nn.Linear(3, dim), Mish(), nn.Linear(dim, dim))
         self.language_proj = nn.Linear(language_dim, dim)
         self.scene_norm = nn.LayerNorm(dim)
         self.query_type = nn.Parameter(0.02 * torch.randn(2, dim))

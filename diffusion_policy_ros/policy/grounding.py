@@ -29,13 +29,15 @@ import math
 import torch
 from torch import nn
 
+from diffusion_policy_ros.policy.activations import Mish
+
 
 def _mlp(dims: list[int]) -> nn.Sequential:
     layers: list[nn.Module] = []
     for i, (cin, cout) in enumerate(zip(dims[:-1], dims[1:], strict=True)):
         layers.append(nn.Linear(cin, cout))
         if i < len(dims) - 2:
-            layers += [nn.LayerNorm(cout), nn.Mish()]
+            layers += [nn.LayerNorm(cout), Mish()]
     return nn.Sequential(*layers)
 
 

@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
+from diffusion_policy_ros.policy.activations import Mish
 from diffusion_policy_ros.policy.chunk_smoothing import lowpass_projection, smooth_arm_paths
 from diffusion_policy_ros.policy.configuration_diffusion import DiffusionPolicyConfig
 from diffusion_policy_ros.policy.consistency import ConsistencySchedule, consistency_sample
@@ -139,7 +140,7 @@ class DiffusionPolicy(nn.Module):
         # It hands the encoders a direct gradient towards finding the named object, which
         # the denoising loss alone gives only faintly: after 2.9k steps without it the first
         # chunk of an episode did not depend on the scene or the instruction at all.
-        self.grasp_head = (nn.Sequential(nn.Linear(c.cond_dim, c.cond_dim), nn.Mish(),
+        self.grasp_head = (nn.Sequential(nn.Linear(c.cond_dim, c.cond_dim), Mish(),
                                          nn.Linear(c.cond_dim, c.state_dim))
                            if c.grasp_aux_weight > 0 else None)
         self.training_scheduler = make_training_scheduler(c)

@@ -27,6 +27,8 @@ import math
 import torch
 from torch import nn
 
+from diffusion_policy_ros.policy.activations import Mish
+
 
 def fourier_features(x: torch.Tensor, bands: int) -> torch.Tensor:
     """(..., C) -> (..., C * (1 + 2 * bands)): x, sin(2^k pi x), cos(2^k pi x), k < bands."""
@@ -42,8 +44,8 @@ class ToolTargetEncoder(nn.Module):
         super().__init__()
         self.bands = bands
         in_dim = n_obs_steps * 9 * (1 + 2 * bands)
-        self.mlp = nn.Sequential(nn.Linear(in_dim, hidden_dim), nn.Mish(),
-                                 nn.Linear(hidden_dim, hidden_dim), nn.Mish(),
+        self.mlp = nn.Sequential(nn.Linear(in_dim, hidden_dim), Mish(),
+                                 nn.Linear(hidden_dim, hidden_dim), Mish(),
                                  nn.Linear(hidden_dim, out_dim))
         nn.init.zeros_(self.mlp[-1].weight)
         nn.init.zeros_(self.mlp[-1].bias)

@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
+from diffusion_policy_ros.policy.activations import Mish
 from diffusion_policy_ros.policy.embeddings import TimestepEncoder, timesteps_for
 
 
@@ -49,7 +50,7 @@ class Conv1dBlock(nn.Sequential):
 
     def __init__(self, cin: int, cout: int, kernel: int, groups: int):
         super().__init__(TemporalConv1d(cin, cout, kernel, padding=kernel // 2),
-                         nn.GroupNorm(min(groups, cout), cout), nn.Mish())
+                         nn.GroupNorm(min(groups, cout), cout), Mish())
 
 
 class FilmResidualBlock(nn.Module):
@@ -59,7 +60,7 @@ class FilmResidualBlock(nn.Module):
         super().__init__()
         self.conv1 = Conv1dBlock(cin, cout, kernel, groups)
         self.conv2 = Conv1dBlock(cout, cout, kernel, groups)
-        self.film = nn.Sequential(nn.Mish(), nn.Linear(cond_dim, 2 * cout))
+        self.film = nn.Sequential(Mish(), nn.Linear(cond_dim, 2 * cout))
         self.shortcut = TemporalConv1d(cin, cout, 1) if cin != cout else nn.Identity()
 
     def forward(self, x: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
