@@ -13,7 +13,8 @@ One iteration = rollouts, then the update:
    on fresh seeds is logged apart). Each new frame is encoded once and its features
    kept while it is in the To history. Samples go to a preallocated
    ``RolloutBuffer`` that is reused across iterations.
-2. **Update** (``PpoLearner``): GAE (gamma, lambda) over the whole buffer at once, advantages
+2. **Update** (``PpoLearner``, ``learning/ppo_update.py``, which imports no simulator): GAE
+   (gamma, lambda) over the whole buffer at once, advantages
    normalised (over every rank), then ``epochs`` x ``minibatches`` steps of the clipped
    surrogate + ``kl_weight`` x KL to the starting policy + ``value_weight`` x the value
    loss, gradient clipping, early stop at ``target_kl``. The first
