@@ -53,6 +53,7 @@ from tqdm import tqdm
 
 from diffusion_policy_ros.errors import RunStopped
 from diffusion_policy_ros.learning.finetune_config import FinetuneConfig
+from diffusion_policy_ros.learning.optimizer_state import STATE_JSON
 from diffusion_policy_ros.learning.ppo import (
     RolloutBuffer,
 )
@@ -62,11 +63,7 @@ from diffusion_policy_ros.learning.ppo_policy import (
     gaussian_entropy,
     gaussian_log_prob,
 )
-from diffusion_policy_ros.learning.ppo_update import (
-    STATE_JSON,
-    PpoLearner,
-    rollout_fields,
-)
+from diffusion_policy_ros.learning.ppo_update import PpoLearner, rollout_fields
 from diffusion_policy_ros.learning.rl_env import (
     GraspRlEnv,
     NonFiniteStepError,

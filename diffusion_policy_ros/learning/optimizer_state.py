@@ -1,8 +1,12 @@
-"""An optimiser's state as safetensors tensors (exact resume without pickles)."""
+"""Exact resume without pickles: the resume files' names, and an optimiser's state as
+safetensors tensors (``dpr train`` and ``dpr finetune`` alike)."""
 
 from __future__ import annotations
 
 import torch
+
+STATE_TENSORS = "training_state.safetensors"
+STATE_JSON = "training_state.json"
 
 
 def all_params(optimizer) -> list[torch.nn.Parameter]:

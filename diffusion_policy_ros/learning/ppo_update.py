@@ -22,6 +22,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from diffusion_policy_ros.learning.finetune_config import FinetuneConfig
 from diffusion_policy_ros.learning.optimizer_state import (
+    STATE_JSON,
+    STATE_TENSORS,
     all_params,
     load_optimizer_state_tensors,
     optimizer_state_tensors,
@@ -39,9 +41,6 @@ from diffusion_policy_ros.policy.features import IMAGE, LANGUAGE, POINTS_RGB, PO
 
 if TYPE_CHECKING:  # the rollouts import the simulator; the update does not
     from diffusion_policy_ros.learning.finetune import RolloutCollector
-
-STATE_TENSORS = "training_state.safetensors"
-STATE_JSON = "training_state.json"
 
 
 def rollout_fields(ac: DiffusionActorCritic, joint: bool) -> dict[str, tuple[tuple, torch.dtype]]:

@@ -41,6 +41,8 @@ from diffusion_policy_ros.learning.dataset import (
     split_episodes,
 )
 from diffusion_policy_ros.learning.optimizer_state import (
+    STATE_JSON,
+    STATE_TENSORS,
     load_optimizer_state_tensors,
     optimizer_state_tensors,
 )
@@ -52,8 +54,6 @@ from diffusion_policy_ros.policy.language import LanguageEmbedder
 from diffusion_policy_ros.policy.modeling_diffusion import DiffusionPolicy
 
 CHECKPOINT_DIR = "checkpoint"
-STATE_TENSORS = "training_state.safetensors"
-STATE_JSON = "training_state.json"
 LOG = "log.jsonl"
 BACKENDS = {"cuda": "nccl", "npu": "hccl", "cpu": "gloo"}
 

@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 
 from diffusion_policy_ros.learning import finetune as ft
 from diffusion_policy_ros.learning.finetune_config import FinetuneConfig, load_finetune_config
-from diffusion_policy_ros.learning.ppo_update import STATE_JSON, STATE_TENSORS
+from diffusion_policy_ros.learning.optimizer_state import STATE_JSON, STATE_TENSORS
 from diffusion_policy_ros.policy.checkpoint import load_checkpoint
 from diffusion_policy_ros.ros.processes import stop_process
 

@@ -22,27 +22,12 @@ from diffusion_policy_ros.learning.ppo_policy import (
     gaussian_log_prob,
 )
 from diffusion_policy_ros.learning.ppo_update import PpoLearner, rollout_fields
-from diffusion_policy_ros.policy.configuration_diffusion import DiffusionPolicyConfig
 from diffusion_policy_ros.policy.features import IMAGE, LANGUAGE, POINTS_RGB, POINTS_XYZ, STATE
 from diffusion_policy_ros.policy.modeling_diffusion import DiffusionPolicy
 
+from ..policy.conftest import random_batch, tiny_config
+
 STEPS, ENVS, STD = 12, 4, 0.04
-TINY = dict(image_size=[32, 32], image_crop_size=[28, 28], num_points=64, image_base_channels=8,
-            image_stages=2, image_token_grid=2, norm_groups=4, point_feature_dim=32,
-            point_tokens=4, fusion_dim=32, fusion_layers=1, fusion_heads=2, cond_dim=32,
-            timestep_embed_dim=32, unet_base_dim=16, unet_levels=2, sampler="consistency",
-            num_inference_steps=1, prediction_type="sample", chunk_lowpass_terms=3)
-
-
-def _observations(config: DiffusionPolicyConfig, g: torch.Generator, device) -> dict:
-    to, n, (h, w) = config.n_obs_steps, config.num_points, config.image_size
-    language = torch.randn(ENVS, config.language_dim, generator=g)
-    batch = {IMAGE: torch.randint(0, 256, (ENVS, to, 3, h, w), dtype=torch.uint8, generator=g),
-             POINTS_XYZ: torch.rand(ENVS, to, n, 3, generator=g) * 0.5,
-             POINTS_RGB: torch.randint(0, 256, (ENVS, to, n, 3), dtype=torch.uint8, generator=g),
-             STATE: torch.randn(ENVS, to, config.action_dim, generator=g) * 0.3,
-             LANGUAGE: language / language.norm(dim=-1, keepdim=True)}
-    return {k: v.to(device) for k, v in batch.items()}
 
 
 @torch.no_grad()
@@ -53,7 +38,8 @@ def _rollout(ac: DiffusionActorCritic, joint: bool, device) -> RolloutBuffer:
     dg = torch.Generator(device=device).manual_seed(0)
     envs = torch.arange(ENVS)
     for t in range(STEPS):
-        batch = _observations(ac.config, g, device)
+        batch = {k: v.to(device) for k, v in
+                 random_batch(ac.config, ENVS, seed=t, with_action=False).items()}
         with torch.autocast(device.type, dtype=torch.bfloat16):
             cond = ac.policy.encode_observation(batch)
             noises = ac.initial_noise(ENVS, dg, device)
@@ -78,7 +64,8 @@ def _rollout(ac: DiffusionActorCritic, joint: bool, device) -> RolloutBuffer:
 @pytest.mark.parametrize("joint", [False, True], ids=["encoders_frozen", "joint"])
 def test_ppo_update_on_the_accelerator(accelerator, joint):
     torch.manual_seed(0)
-    config = DiffusionPolicyConfig(**TINY)
+    config = tiny_config(sampler="consistency", num_inference_steps=1, prediction_type="sample",
+                         chunk_lowpass_terms=3)
     policy = DiffusionPolicy(config).eval()
     ac = DiffusionActorCritic(policy, ValueNetwork(config.cond_dim, config.state_dim)
                               ).to(accelerator)
