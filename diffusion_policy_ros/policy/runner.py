@@ -60,7 +60,7 @@ def synthetic_observation(policy: DiffusionPolicy, rng: np.random.Generator) -> 
     c = policy.config
     h, w = c.image_size
     lo = policy.normalizer.stats()[POINTS_XYZ]
-    xyz = rng.uniform(lo["min"].numpy(), lo["max"].numpy(), (c.num_points, 3))
+    xyz = rng.uniform(lo["min"].cpu().numpy(), lo["max"].cpu().numpy(), (c.num_points, 3))
     return {"image": rng.integers(0, 256, (h, w, 3), dtype=np.uint8),
             "points": xyz.astype(np.float32),
             "point_colors": rng.integers(0, 256, (c.num_points, 3), dtype=np.uint8),
