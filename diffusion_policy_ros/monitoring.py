@@ -60,6 +60,40 @@ class RateMeter:
         return len(self._times) / self.window_s
 
 
+class SimTimeToWall:
+    """When, in wall time, a simulation was at a given sim time, from its ``/clock``
+    messages' publication (source) timestamps.
+
+    On sim time a node's ROS clock holds the last ``/clock`` it has processed, which
+    lags the simulation by up to one clock period (10 ms at ``sim_node``'s 100 Hz) plus
+    however late the node's own executor is; "now minus a stamp" read from it is coarse
+    and too small. Interpolating the sim time -> publication time pairs instead gives
+    the wall time at a stamp to the publisher's jitter, and a latency from it (e.g. to a
+    message's reception timestamp) does not depend on the measuring node's lateness.
+    """
+
+    def __init__(self, window: int = 500):
+        self._sim_ns: collections.deque[int] = collections.deque(maxlen=window)
+        self._wall_ns: collections.deque[int] = collections.deque(maxlen=window)
+
+    def add(self, sim_ns: int, wall_ns: int) -> None:
+        """One ``/clock``: its sim time and the wall time it was published (ns)."""
+        if self._sim_ns and sim_ns <= self._sim_ns[-1]:
+            if sim_ns == self._sim_ns[-1]:
+                return  # the same instant again (a paused simulation)
+            self._sim_ns.clear()  # sim time went back: a restarted simulation
+            self._wall_ns.clear()
+        self._sim_ns.append(int(sim_ns))
+        self._wall_ns.append(int(wall_ns))
+
+    def wall_ns_at(self, sim_ns: int) -> float | None:
+        """The wall time (ns) at ``sim_ns``, interpolated; None outside the window."""
+        if len(self._sim_ns) < 2 or not self._sim_ns[0] <= sim_ns <= self._sim_ns[-1]:
+            return None
+        return float(np.interp(sim_ns, np.asarray(self._sim_ns, dtype=np.float64),
+                               np.asarray(self._wall_ns, dtype=np.float64)))
+
+
 class BlockingWatch:
     """Durations of a call that must not block (a publish in a control loop): the
     longest since the last report, and how many reached ``stall_s``."""

@@ -6,6 +6,7 @@ from diffusion_policy_ros.monitoring import (
     BlockingWatch,
     RateMeter,
     RollingStats,
+    SimTimeToWall,
     ThrottledReasons,
     cpu_per_sim_second,
     process_cpu_s,
@@ -79,3 +80,26 @@ def test_cpu_per_sim_second_skips_processes_without_readings():
                                                       "total": 2.25}
     assert cpu_per_sim_second(before, after, 0.0) is None
     assert cpu_per_sim_second({"a": None}, {"a": 1.0}, 1.0) is None
+
+
+def test_sim_time_to_wall_interpolates_between_clock_messages():
+    clock = SimTimeToWall()
+    assert clock.wall_ns_at(5) is None  # nothing yet
+    clock.add(1_000, 50_000)
+    assert clock.wall_ns_at(1_000) is None  # one point is no line
+    clock.add(11_000, 60_000)   # 10 us of sim time in 10 us of wall time
+    clock.add(21_000, 80_000)   # then at half speed
+    assert clock.wall_ns_at(6_000) == pytest.approx(55_000)
+    assert clock.wall_ns_at(16_000) == pytest.approx(70_000)
+    assert clock.wall_ns_at(21_001) is None and clock.wall_ns_at(999) is None
+
+
+def test_sim_time_to_wall_restarts_when_sim_time_goes_back():
+    clock = SimTimeToWall(window=3)
+    for sim, wall in ((100, 1_000), (200, 1_100), (200, 1_150), (300, 1_200)):
+        clock.add(sim, wall)  # the repeated instant (paused sim) is not a second point
+    assert clock.wall_ns_at(250) == pytest.approx(1_150)
+    clock.add(50, 5_000)  # a new simulation
+    assert clock.wall_ns_at(250) is None
+    clock.add(60, 5_010)
+    assert clock.wall_ns_at(55) == pytest.approx(5_005)

@@ -30,11 +30,13 @@ import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.parameter import Parameter
-from rclpy.qos import DurabilityPolicy, QoSProfile
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from rosgraph_msgs.msg import Clock
 from std_msgs.msg import String
 from std_srvs.srv import SetBool, Trigger
 from trajectory_msgs.msg import JointTrajectory
 
+from diffusion_policy_ros.monitoring import SimTimeToWall
 from diffusion_policy_ros.ros.bringup.statistics import OUTCOMES, finite_or_none, percentiles
 from diffusion_policy_ros.ros.dds_profiles import namespace_ros_args, use_package_dds_profiles
 from diffusion_policy_ros.ros.lean_events import LeanNode
@@ -79,7 +81,11 @@ class GraspCommander:
             parameter_overrides=[Parameter("use_sim_time", value=use_sim_time)])
         self.executor = SingleThreadedExecutor()
         self.executor.add_node(self.node)
-        self.chunks: list[tuple[float, float]] = []  # (monotonic s, stamp -> received ms)
+        #: (monotonic s, observation stamp -> chunk received ms; NaN where not measurable).
+        #: The reception time is the middleware's; on sim time the stamp's wall time is
+        #: interpolated between /clock publications (``SimTimeToWall``).
+        self.chunks: list[tuple[float, float]] = []
+        self._sim_to_wall = SimTimeToWall() if use_sim_time else None
         # The chunks of the episodes run_episode measured: between episodes this process
         # writes the media and reads what queued meanwhile late.
         self.episode_chunk_latencies_ms: list[float] = []
@@ -97,6 +103,10 @@ class GraspCommander:
         self.tracker_p99: list[tuple[float, float]] = []  # (monotonic s, period_error p99)
         self.node.create_subscription(JointTrajectory, "policy/action_chunk", self._on_chunk,
                                       QoSProfile(depth=10))
+        if use_sim_time:
+            self.node.create_subscription(
+                Clock, "/clock", self._on_clock,
+                QoSProfile(depth=10, reliability=ReliabilityPolicy.BEST_EFFORT))
         self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics,
                                       QoSProfile(depth=50))
         self.node.create_subscription(String, "sim/episode", self._on_episode, _LATCHED)
@@ -124,9 +134,19 @@ class GraspCommander:
 
     # -- callbacks --------------------------------------------------------------------------
 
-    def _on_chunk(self, msg: JointTrajectory) -> None:
+    def _on_clock(self, msg: Clock, info) -> None:
+        self._sim_to_wall.add(msg.clock.sec * 1_000_000_000 + msg.clock.nanosec,
+                              info["source_timestamp"])
+
+    def _on_chunk(self, msg: JointTrajectory, info) -> None:
         stamp_ns = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
-        latency_ms = (self.node.get_clock().now().nanoseconds - stamp_ns) * 1e-6
+        received_ns = info["received_timestamp"]
+        if self._sim_to_wall is not None:
+            stamp_wall_ns = self._sim_to_wall.wall_ns_at(stamp_ns)
+            latency_ms = (float("nan") if stamp_wall_ns is None
+                          else (received_ns - stamp_wall_ns) * 1e-6)
+        else:
+            latency_ms = (received_ns - stamp_ns) * 1e-6
         self.chunks.append((time.monotonic(), latency_ms))
 
     def _on_diagnostics(self, msg: DiagnosticArray) -> None:
