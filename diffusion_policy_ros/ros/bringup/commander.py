@@ -135,12 +135,13 @@ class GraspCommander:
     # -- callbacks --------------------------------------------------------------------------
 
     def _on_clock(self, msg: Clock, info) -> None:
-        self._sim_to_wall.add(msg.clock.sec * 1_000_000_000 + msg.clock.nanosec,
-                              info["source_timestamp"])
+        if info["source_timestamp"] > 0:  # 0: a middleware that does not stamp samples
+            self._sim_to_wall.add(msg.clock.sec * 1_000_000_000 + msg.clock.nanosec,
+                                  info["source_timestamp"])
 
     def _on_chunk(self, msg: JointTrajectory, info) -> None:
         stamp_ns = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
-        received_ns = info["received_timestamp"]
+        received_ns = info["received_timestamp"] or time.time_ns()
         if self._sim_to_wall is not None:
             stamp_wall_ns = self._sim_to_wall.wall_ns_at(stamp_ns)
             latency_ms = (float("nan") if stamp_wall_ns is None
