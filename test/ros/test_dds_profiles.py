@@ -1,7 +1,7 @@
 """The package's Fast DDS profiles (config/fastdds_profiles.xml): every process that starts
 ROS points Fast DDS at them (written for its namespace and remaps) unless the user chose
-a file, Fast DDS loads them without complaint, and a reader they move to UDP loopback
-still gets a local writer's samples."""
+a file, Fast DDS loads them without complaint, a reader they move to UDP loopback
+still gets a local writer's samples, and the camera topics repair lost fragments at once."""
 
 import os
 import subprocess
@@ -16,6 +16,7 @@ from diffusion_policy_ros.ros import node_main
 from diffusion_policy_ros.ros.dds_profiles import (
     PROFILES_ENV,
     PROFILES_FILE,
+    camera_topic_names,
     control_topic_names,
     namespace_and_remaps,
     profiles_xml,
@@ -29,15 +30,30 @@ NS = {"dds": "http://www.eprosima.com"}
 CONTROL_TOPICS = {"/joint_states", "/arm_controller/commands", "/gripper_controller/commands",
                   "/policy/action_chunk", "/tracker/reference", "/clock", "/diagnostics",
                   "/rosout"}
+CAMERA_TOPICS = {"/camera/rgb/image_raw", "/camera/depth_to_rgb/image_raw"}
 
 
 def _readers(root) -> dict[str, list[tuple[str, str]]]:
-    """profile name -> [(locator kind, address)] of each data_reader profile."""
-    return {r.get("profile_name"): [(loc.tag.split("}")[1],
-                                     loc.findtext("dds:address", namespaces=NS))
-                                    for loc in r.findall("dds:unicastLocatorList/dds:locator/*",
-                                                         NS)]
-            for r in root.findall("dds:profiles/dds:data_reader", NS)}
+    """profile name -> [(locator kind, address)] of each data_reader profile with locators."""
+    readers = {r.get("profile_name"): [(loc.tag.split("}")[1],
+                                        loc.findtext("dds:address", namespaces=NS))
+                                       for loc in r.findall(
+                                           "dds:unicastLocatorList/dds:locator/*", NS)]
+               for r in root.findall("dds:profiles/dds:data_reader", NS)}
+    return {name: locators for name, locators in readers.items() if locators}
+
+
+def _times(root, kind: str) -> dict[str, dict[str, tuple[str, str]]]:
+    """profile name -> {time setting: (sec, nanosec)} of each ``kind`` profile with times."""
+    out = {}
+    for profile in root.findall(f"dds:profiles/dds:{kind}", NS):
+        times = profile.find("dds:times", NS)
+        if times is not None:
+            out[profile.get("profile_name")] = {
+                t.tag.split("}")[1]: (t.findtext("dds:sec", namespaces=NS),
+                                      t.findtext("dds:nanosec", namespaces=NS))
+                for t in times}
+    return out
 
 RECEIVER = """
 import rclpy
@@ -71,9 +87,26 @@ def test_the_shipped_file_moves_every_control_topic_reader_to_udp_loopback_only(
     readers = _readers(root)
     assert set(readers) == CONTROL_TOPICS == set(control_topic_names([]))
     assert all(locators == [("udpv4", "127.0.0.1")] for locators in readers.values()), readers
-    # Writers and participants keep Fast DDS's (and rmw_fastrtps's) defaults.
-    assert {child.tag.split("}")[1] for child in root.find("dds:profiles", NS)} == {"data_reader"}
-    assert _readers(ET.fromstring(profiles_xml(sorted(CONTROL_TOPICS)))) == readers
+    # Participants keep Fast DDS's (and rmw_fastrtps's) defaults; writer profiles exist
+    # for the camera topics only.
+    assert {child.tag.split("}")[1] for child in root.find("dds:profiles", NS)} == {
+        "data_reader", "data_writer"}
+    generated = ET.fromstring(profiles_xml(sorted(CONTROL_TOPICS), sorted(CAMERA_TOPICS)))
+    assert _readers(generated) == readers
+    for kind in ("data_reader", "data_writer"):
+        assert _times(generated, kind) == _times(root, kind)
+
+
+def test_the_camera_topics_repair_lost_fragments_without_delay():
+    root = ET.parse(PROFILES_FILE).getroot()
+    zero = ("0", "0")
+    assert set(camera_topic_names([])) == CAMERA_TOPICS
+    assert _times(root, "data_writer") == {
+        name: {"nack_response_delay": zero} for name in CAMERA_TOPICS}
+    assert _times(root, "data_reader") == {
+        name: {"heartbeat_response_delay": zero} for name in CAMERA_TOPICS}
+    # They keep shared memory: no locators of their own.
+    assert not set(_readers(root)) & CAMERA_TOPICS
 
 
 def test_namespace_and_remaps_give_the_names_the_readers_get(tmp_path):
@@ -91,7 +124,10 @@ def test_namespace_and_remaps_give_the_names_the_readers_get(tmp_path):
     env = {}
     path = use_package_dds_profiles(argv, env, tmp_path)
     assert path == env[PROFILES_ENV] and path.startswith(str(tmp_path))
-    assert sorted(_readers(ET.parse(path).getroot())) == names
+    written = ET.parse(path).getroot()
+    assert sorted(_readers(written)) == names
+    assert sorted(_times(written, "data_writer")) == camera_topic_names(argv) == [
+        "/cell1/camera/depth_to_rgb/image_raw", "/cell1/camera/rgb/image_raw"]
     assert use_package_dds_profiles(argv, {}, tmp_path) == path  # same names, same file
 
 
