@@ -86,6 +86,10 @@ class SimTimeToWall:
         self._sim_ns.append(int(sim_ns))
         self._wall_ns.append(int(wall_ns))
 
+    def newest_sim_ns(self) -> int | None:
+        """The latest sim time in the window (None while empty)."""
+        return self._sim_ns[-1] if self._sim_ns else None
+
     def wall_ns_at(self, sim_ns: int) -> float | None:
         """The wall time (ns) at ``sim_ns``, interpolated; None outside the window."""
         if len(self._sim_ns) < 2 or not self._sim_ns[0] <= sim_ns <= self._sim_ns[-1]:

@@ -84,7 +84,7 @@ def test_cpu_per_sim_second_skips_processes_without_readings():
 
 def test_sim_time_to_wall_interpolates_between_clock_messages():
     clock = SimTimeToWall()
-    assert clock.wall_ns_at(5) is None  # nothing yet
+    assert clock.wall_ns_at(5) is None and clock.newest_sim_ns() is None  # nothing yet
     clock.add(1_000, 50_000)
     assert clock.wall_ns_at(1_000) is None  # one point is no line
     clock.add(11_000, 60_000)   # 10 us of sim time in 10 us of wall time
@@ -92,6 +92,7 @@ def test_sim_time_to_wall_interpolates_between_clock_messages():
     assert clock.wall_ns_at(6_000) == pytest.approx(55_000)
     assert clock.wall_ns_at(16_000) == pytest.approx(70_000)
     assert clock.wall_ns_at(21_001) is None and clock.wall_ns_at(999) is None
+    assert clock.newest_sim_ns() == 21_000
 
 
 def test_sim_time_to_wall_restarts_when_sim_time_goes_back():

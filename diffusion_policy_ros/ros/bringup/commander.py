@@ -84,8 +84,13 @@ class GraspCommander:
         #: (monotonic s, observation stamp -> chunk received ms; NaN where not measurable).
         #: The reception time is the middleware's; on sim time the stamp's wall time is
         #: interpolated between /clock publications (``SimTimeToWall``).
-        self.chunks: list[tuple[float, float]] = []
+        self.chunks: list[list[float]] = []
         self._sim_to_wall = SimTimeToWall() if use_sim_time else None
+        #: (index in ``chunks``, stamp ns, received ns) of chunks whose stamp is newer
+        #: than the last /clock this node has taken: its executor takes one message per
+        #: subscription per wake-up, so a busy commander can read a chunk before the
+        #: /clock samples that bracket its stamp.
+        self._unresolved: list[tuple[int, int, int]] = []
         # The chunks of the episodes run_episode measured: between episodes this process
         # writes the media and reads what queued meanwhile late.
         self.episode_chunk_latencies_ms: list[float] = []
@@ -138,17 +143,37 @@ class GraspCommander:
         if info["source_timestamp"] > 0:  # 0: a middleware that does not stamp samples
             self._sim_to_wall.add(msg.clock.sec * 1_000_000_000 + msg.clock.nanosec,
                                   info["source_timestamp"])
+            if self._unresolved:
+                self._resolve_latencies()
 
     def _on_chunk(self, msg: JointTrajectory, info) -> None:
         stamp_ns = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
         received_ns = info["received_timestamp"] or time.time_ns()
-        if self._sim_to_wall is not None:
-            stamp_wall_ns = self._sim_to_wall.wall_ns_at(stamp_ns)
-            latency_ms = (float("nan") if stamp_wall_ns is None
-                          else (received_ns - stamp_wall_ns) * 1e-6)
+        self.chunks.append([time.monotonic(), float("nan")])
+        if self._sim_to_wall is None:
+            self.chunks[-1][1] = (received_ns - stamp_ns) * 1e-6
         else:
-            latency_ms = (received_ns - stamp_ns) * 1e-6
-        self.chunks.append((time.monotonic(), latency_ms))
+            self._unresolved.append((len(self.chunks) - 1, stamp_ns, received_ns))
+            self._resolve_latencies()
+
+    def _resolve_latencies(self) -> None:
+        """Latencies of the unresolved chunks whose stamp the /clock window now covers;
+        a stamp older than the window stays NaN (not measurable)."""
+        newest_ns = self._sim_to_wall.newest_sim_ns()
+        waiting = []
+        for index, stamp_ns, received_ns in self._unresolved:
+            if newest_ns is None or stamp_ns > newest_ns:
+                waiting.append((index, stamp_ns, received_ns))
+                continue
+            stamp_wall_ns = self._sim_to_wall.wall_ns_at(stamp_ns)
+            if stamp_wall_ns is not None:
+                self.chunks[index][1] = (received_ns - stamp_wall_ns) * 1e-6
+        self._unresolved = waiting
+
+    def settle_latencies(self, timeout_s: float = 1.0) -> bool:
+        """Take /clock until every received chunk's latency is resolved (or
+        ``timeout_s``); False when some stayed unresolved (a stopped clock)."""
+        return self.spin_until(lambda: not self._unresolved, timeout_s)
 
     def _on_diagnostics(self, msg: DiagnosticArray) -> None:
         for status in msg.status:
@@ -385,7 +410,9 @@ class GraspCommander:
         if switch_after_s is not None:
             first = self.switch_instruction(number, switch_after_s, timeout_s)
         report = self.wait_for_episode_end(number, timeout_s)
-        latencies = [ms for _, ms in self.chunks[first_chunk:]]
+        end_chunk = len(self.chunks)
+        self.settle_latencies()
+        latencies = [ms for _, ms in self.chunks[first_chunk:end_chunk]]
         self.episode_chunk_latencies_ms.extend(latencies)
         record = {
             "episode": number, "seed": report["seed"], "status": report["status"],

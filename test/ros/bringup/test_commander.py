@@ -15,6 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from builtin_interfaces.msg import Time
+from rosgraph_msgs.msg import Clock
+from trajectory_msgs.msg import JointTrajectory
 
 from diffusion_policy_ros.ros.bringup.commander import GRAPH_NODES, GraspCommander
 from diffusion_policy_ros.ros.bringup.statistics import OUTCOMES
@@ -75,3 +78,35 @@ def test_an_episode_starts_at_its_report_when_the_reset_reply_is_late(tmp_path):
     finally:
         stop_process(sim)
     assert sim.returncode is not None
+
+
+def _chunk(stamp_ns: int) -> JointTrajectory:
+    msg = JointTrajectory()
+    msg.header.stamp = Time(sec=stamp_ns // 1_000_000_000, nanosec=stamp_ns % 1_000_000_000)
+    return msg
+
+
+def _clock(sim_ns: int) -> Clock:
+    return Clock(clock=Time(sec=sim_ns // 1_000_000_000, nanosec=sim_ns % 1_000_000_000))
+
+
+@pytest.mark.ros
+def test_a_chunk_read_before_the_clock_that_covers_its_stamp_gets_its_latency_later():
+    """On sim time the commander's executor may take a chunk before the /clock samples
+    that bracket its stamp (one message per subscription per wake-up): the chunk waits
+    for them instead of being counted as not measurable."""
+    ms = 1_000_000
+    with GraspCommander(use_sim_time=True) as commander:
+        for sim_ms, wall_ms in ((1000, 5000), (1010, 5010)):
+            commander._on_clock(_clock(sim_ms * ms), {"source_timestamp": wall_ms * ms})
+        commander._on_chunk(_chunk(1005 * ms), {"received_timestamp": 5045 * ms})
+        commander._on_chunk(_chunk(1025 * ms), {"received_timestamp": 5070 * ms})
+        commander._on_chunk(_chunk(900 * ms), {"received_timestamp": 5080 * ms})
+        assert commander.chunks[0][1] == pytest.approx(40.0)  # covered: resolved at once
+        assert commander.chunks[1][1] != commander.chunks[1][1]  # NaN until its /clock
+        commander._on_clock(_clock(1020 * ms), {"source_timestamp": 5020 * ms})
+        assert commander._unresolved
+        commander._on_clock(_clock(1030 * ms), {"source_timestamp": 5030 * ms})
+        assert commander.chunks[1][1] == pytest.approx(45.0)
+        assert commander.chunks[2][1] != commander.chunks[2][1]  # older than the window
+        assert not commander._unresolved and commander.settle_latencies(timeout_s=0.0)
