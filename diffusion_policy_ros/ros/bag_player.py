@@ -14,8 +14,13 @@ QoS: reliable, depth 100 (10 for images and clouds) for every topic, except
 policy started later still gets it). Messages published before a subscriber has matched are lost, so
 playback first waits up to ``wait_s`` for every topic to have a subscriber and for
 the lifecycle nodes in ``wait_active`` (e.g. policy_node, which loads its model
-after subscribing) to be active. ``report_topics`` are counted while playing (e.g.
-the policy's ``policy/action_chunk``) and reported with the playback summary.
+after subscribing) to be active. A matched subscriber on our side is half of
+discovery: the subscriber's side may learn of our publisher later (a lost
+announcement is repaired seconds later) and drops what arrives before. So the first
+message of each topic is a handshake: playback holds (bag time with it) until every
+reliable subscriber has acknowledged it, up to ``wait_s``; topics whose subscribers did
+not are reported. ``report_topics`` are counted while playing (e.g. the policy's
+``policy/action_chunk``) and reported with the playback summary.
 """
 
 from __future__ import annotations
@@ -73,6 +78,8 @@ class PlayReport:
     """Messages counted on ``report_topics`` while playing."""
     refused: dict[str, int] = dataclasses.field(default_factory=dict)
     """Messages the middleware refused to publish (dropped; ``ros.publish_guard``)."""
+    unacknowledged_topics: list[str] = dataclasses.field(default_factory=list)
+    """Topics whose first message a subscriber had not acknowledged within ``wait_s``."""
 
     def summary(self) -> str:
         total = sum(self.messages.values())
@@ -84,6 +91,9 @@ class PlayReport:
             text += f"\nreceived {count} messages on {topic} ({per_s:.1f} per bag second)"
         if self.unmatched_topics:
             text += f"\nno subscriber matched in time on: {', '.join(self.unmatched_topics)}"
+        if self.unacknowledged_topics:
+            text += ("\nfirst message not acknowledged by every subscriber in time on: "
+                     + ", ".join(self.unacknowledged_topics))
         if self.refused:
             text += ("\nrefused by the middleware (dropped): "
                      + ", ".join(f"{n} on {topic}" for topic, n in self.refused.items()))
@@ -134,6 +144,7 @@ class BagPlayer(Node):
         # Reliable depth 1 matches rclpy's / rclcpp's best-effort /clock subscriptions too.
         self.clock_pub = (self.create_publisher(Clock, "/clock", QoSProfile(depth=1))
                           if options.clock else None)
+        self.unacknowledged: list[str] = []
 
     def wait_for_active(self, nodes: list[str], timeout_s: float) -> list[str]:
         """Poll ``<node>/get_state`` until each node is active; returns those that are not.
@@ -210,13 +221,27 @@ class BagPlayer(Node):
             msg.clock.sec, msg.clock.nanosec = divmod(int(t_ns), 1_000_000_000)
             self.publishing.publish(self.clock_pub, msg)
 
+    def await_first_acknowledgement(self, topic: str, deadline: float) -> float:
+        """Hold until every reliable subscriber of ``topic`` acknowledged what was
+        published (its side of discovery is then complete), at most until ``deadline``
+        (monotonic s); a topic still waiting then goes to ``unacknowledged``. Returns
+        the seconds held."""
+        start = time.monotonic()
+        left_ns = int(max(0.0, deadline - start) * 1e9)
+        if not self.pubs[topic].wait_for_all_acked(Duration(nanoseconds=left_ns)):
+            self.unacknowledged.append(topic)
+        return time.monotonic() - start
+
     def play(self, messages) -> tuple[Counter, float, float, float, bool]:
-        """Publish ``(connection, t_ns, raw)`` in order with scaled timing."""
+        """Publish ``(connection, t_ns, raw)`` in order with scaled timing; the first
+        message of each topic waits for its acknowledgement (module docstring), and the
+        schedule, bag time included, moves on by the time that took."""
         rate = self.options.rate
         clock_period_s = 1.0 / self.options.clock_hz if self.options.clock_hz > 0 else None
         counts: Counter = Counter()
         t0_bag = t_last = None
         wall0 = time.monotonic()
+        handshake_deadline = wall0 + self.options.wait_s
         lateness = 0.0
         for conn, t_ns, raw in messages:
             if not self.context.ok():
@@ -233,8 +258,11 @@ class BagPlayer(Node):
                 self.publish_clock(t0_bag + int((now - wall0) * rate * 1e9))
             lateness = max(lateness, time.monotonic() - due)
             self.publish_clock(t_ns)
+            first = conn.topic not in counts
             if self.publishing.publish(self.pubs[conn.topic], bytes(raw)):
                 counts[conn.topic] += 1
+                if first:
+                    wall0 += self.await_first_acknowledgement(conn.topic, handshake_deadline)
             t_last = t_ns
         return counts, t_last or 0, t0_bag or 0, lateness, False
 
@@ -279,7 +307,8 @@ def play(options: PlayOptions, context=None) -> PlayReport:
             return PlayReport(dict(counts), (t_last - t_first) * 1e-9, time.monotonic() - wall0,
                               lateness * 1e3, unmatched, interrupted, inactive,
                               {topic: c[0] for topic, c in counters.items()},
-                              dict(player.publishing.refused.counts))
+                              dict(player.publishing.refused.counts),
+                              list(player.unacknowledged))
         finally:
             executor.shutdown()
             spinner.join(timeout=5.0)

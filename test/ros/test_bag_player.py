@@ -2,6 +2,7 @@
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -79,6 +80,67 @@ def test_publish_plays_raw_cdr_with_bag_clock(ros, tmp_path):
     played = re.search(r"([0-9.]+) s of bag in ([0-9.]+) s wall", output)
     assert float(played[1]) == pytest.approx(0.99)
     assert 0.99 / 2 * 0.95 < float(played[2]) < wall  # rate 2: half the bag's time
+
+
+_FROZEN_SUBSCRIBER = """
+import time
+import rclpy
+from rclpy.qos import QoSProfile
+from sensor_msgs.msg import JointState
+rclpy.init()
+node = rclpy.create_node("frozen_subscriber")
+node.create_subscription(JointState, "joint_states", lambda m: None, QoSProfile(depth=10))
+def waiting_for_the_node():  # the player's GetState client: it has matched its subscribers
+    try:
+        clients = node.get_client_names_and_types_by_node("dpr_bag_player", "/")
+    except Exception:  # not discovered yet
+        return False
+    return any(name == "/no_such_node/get_state" for name, _ in clients)
+while not waiting_for_the_node():
+    rclpy.spin_once(node, timeout_sec=0.05)
+print("player waiting", flush=True)
+rclpy.spin(node)
+"""
+
+
+def test_the_first_message_waits_for_every_subscribers_acknowledgement(ros, tmp_path):
+    """A matched reliable subscriber that cannot answer (a stopped process here; a
+    subscriber whose side of discovery is late does not answer either) holds playback
+    at the first message for up to --wait; the topic is reported, nothing is lost.
+
+    The player matches the subscriber, then waits --wait for a lifecycle node that is
+    not there; the subscriber is stopped once it sees the player asking for that node,
+    well before the first message goes out."""
+    _write_bag(tmp_path / "bag")
+    frozen = subprocess.Popen([sys.executable, "-c", _FROZEN_SUBSCRIBER],
+                              stdout=subprocess.PIPE, text=True, env=os.environ.copy())
+    player = None
+    try:
+        ros.spin_until(lambda: ros.node.count_subscribers("joint_states") >= 1, 60.0,
+                       "the subscriber")
+        t_start = time.monotonic()
+        player = subprocess.Popen(
+            [sys.executable, "-m", "diffusion_policy_ros.cli", "replay", "--bag",
+             str(tmp_path / "bag"), "--publish", "--rate", "4", "--wait", "4",
+             "--topics", "/joint_states", "--wait-active", "no_such_node"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env=os.environ.copy())
+        assert frozen.stdout.readline().strip() == "player waiting"
+        frozen.send_signal(signal.SIGSTOP)
+        output, _ = player.communicate(timeout=60)
+        wall = time.monotonic() - t_start
+    finally:
+        if player is not None and player.poll() is None:
+            player.terminate()
+            player.wait(10)
+        frozen.send_signal(signal.SIGCONT)
+        frozen.terminate()
+        frozen.wait(10)
+    assert player.returncode == 0, output
+    assert "first message not acknowledged by every subscriber in time on: joint_states" \
+        in output, output
+    assert "played 100 messages on 1 topics" in output and "no_such_node" in output
+    assert wall >= 8.0  # --wait for the node, then --wait at the first message
 
 
 def test_unknown_type_and_missing_bag_are_bag_errors(tmp_path):
