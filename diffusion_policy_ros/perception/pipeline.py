@@ -29,7 +29,12 @@ from diffusion_policy_ros.perception.image_decoding import (
     depth_to_metres,
     depth_view,
 )
-from diffusion_policy_ros.perception.sampling import SAMPLERS, VoxelGrid, fixed_count_indices
+from diffusion_policy_ros.perception.sampling import (
+    SAMPLERS,
+    VoxelGrid,
+    fixed_count_indices,
+    load_fps_backend,
+)
 
 
 @dataclasses.dataclass
@@ -129,6 +134,8 @@ class RgbdObservationPipeline:
         self.stride = 1
         self._roi_rays: PixelRays | None = None
         self._full_rays: PixelRays | None = None
+        if config.sampler == "fps":
+            load_fps_backend()
 
     def set_camera(self, camera: CameraModel) -> list[str]:
         """Adopt new intrinsics (raises ``FrameRejected``); returns warnings to log once."""

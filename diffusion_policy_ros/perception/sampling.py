@@ -6,12 +6,14 @@ voxel centroid: it is cheaper and never puts
 ``farthest_point_indices`` uses open3d's C++ farthest-point sampler (a numpy
 loop over 1024 picks is an order of magnitude slower at a few thousand points;
 figures in docs/benchmarks.md, "Measurements behind the code's design").
+open3d is imported on first use (about a second): the point-cloud message helpers
+here are imported by processes that never sample; ``load_fps_backend`` takes that
+second at a pipeline's start-up rather than on its first frame.
 """
 
 from __future__ import annotations
 
 import numpy as np
-import open3d as o3d
 
 SAMPLERS = ("fps", "uniform")
 
@@ -53,10 +55,17 @@ class VoxelGrid:
         return self._representative[occupied]
 
 
+def load_fps_backend() -> None:
+    """Import open3d now (``farthest_point_indices`` would on its first call)."""
+    import open3d  # noqa: F401
+
+
 def farthest_point_indices(points: np.ndarray, count: int) -> np.ndarray:
     """Indices of ``count`` points picked by farthest-point sampling from point 0."""
     if count >= points.shape[0]:
         return np.arange(points.shape[0])
+    import open3d as o3d
+
     cloud = o3d.geometry.PointCloud(o3d.utility.Vector3dVector(points.astype(np.float64)))
     # open3d returns the picked points, not their indices; tag each with its index.
     cloud.colors = o3d.utility.Vector3dVector(

@@ -38,6 +38,7 @@ from trajectory_msgs.msg import JointTrajectory
 
 from diffusion_policy_ros.monitoring import SimTimeToWall
 from diffusion_policy_ros.ros.bringup.statistics import OUTCOMES, finite_or_none, percentiles
+from diffusion_policy_ros.ros.conversions import stamp_to_ns
 from diffusion_policy_ros.ros.dds_profiles import namespace_ros_args, use_package_dds_profiles
 from diffusion_policy_ros.ros.lean_events import LeanNode
 
@@ -141,13 +142,12 @@ class GraspCommander:
 
     def _on_clock(self, msg: Clock, info) -> None:
         if info["source_timestamp"] > 0:  # 0: a middleware that does not stamp samples
-            self._sim_to_wall.add(msg.clock.sec * 1_000_000_000 + msg.clock.nanosec,
-                                  info["source_timestamp"])
+            self._sim_to_wall.add(stamp_to_ns(msg.clock), info["source_timestamp"])
             if self._unresolved:
                 self._resolve_latencies()
 
     def _on_chunk(self, msg: JointTrajectory, info) -> None:
-        stamp_ns = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
+        stamp_ns = stamp_to_ns(msg.header.stamp)
         received_ns = info["received_timestamp"] or time.time_ns()
         self.chunks.append([time.monotonic(), float("nan")])
         if self._sim_to_wall is None:
