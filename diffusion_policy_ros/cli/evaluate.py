@@ -37,6 +37,9 @@ def add_parser(sub) -> None:
                             "from a generator seeded per episode (reproducible); fixed = the "
                             "same seeded noise for every chunk (the earlier default); fresh "
                             "= unseeded")
+    evaluation.add_argument("--grasp-retry", choices=("on", "off"), help="re-open a gripper "
+                            "that closed on nothing, as policy_node does (default: "
+                            "config/policy_node.yaml's grasp_retry.enabled)")
     evaluation.add_argument("--ros", action="store_true", help="run the episodes through the "
                             "real nodes over ROS (dpr bringup --episodes) instead of in "
                             "process: real latency, real time")
@@ -62,7 +65,9 @@ def _eval_over_ros(args: argparse.Namespace) -> int:
         episodes=args.episodes, seed=args.seed, checkpoint=args.checkpoint,
         switch_after_s=SWITCH_AFTER_S if args.instructions == "switch" else None,
         device=args.device, num_inference_steps=args.steps or 0, out=args.out,
-        sim_params=["depth_noise:=true"] if args.depth_noise else []))
+        sim_params=["depth_noise:=true"] if args.depth_noise else [],
+        policy_params=([f"grasp_retry.enabled:={args.grasp_retry == 'on'}".lower()]
+                       if args.grasp_retry else [])))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -74,7 +79,9 @@ def run(args: argparse.Namespace) -> int:
                                  args.instructions, args.device, args.steps,
                                  media_dir=args.out, noise=args.noise,
                                  num_samples=args.samples, depth_noise=args.depth_noise,
-                                 backend=args.backend)
+                                 backend=args.backend,
+                                 grasp_retry=(None if args.grasp_retry is None
+                                              else args.grasp_retry == "on"))
     print(json.dumps(summary, indent=2))
     if args.report:
         write_report(args.report, summary, outcomes)

@@ -20,6 +20,11 @@ sampling; ``fixed`` starts every chunk from the same seeded noise (the earlier
 default, which succeeded less often on the plain task than the stream with the same
 weights and seeds: docs/training.md, "Shipped policy"); ``fresh`` draws unseeded noise.
 
+Grasp retry (``grasp_retry``): as ``policy_node`` does with its default parameters
+(``config/policy_node.yaml``), a gripper that closed on nothing is re-opened for a
+moment (``policy.grasp_retry``); off, the policy's chunks are executed unchanged.
+Each episode's re-openings are in its record.
+
 ``media_dir``: per episode a GIF of the camera view with the end-effector
 path of each chunk drawn in (forward kinematics of its joint positions) and a
 plot of tracker references vs measured joints and the chunk latency
@@ -36,7 +41,10 @@ from pathlib import Path
 
 import numpy as np
 
+from diffusion_policy_ros.config import CONFIG_DIR, load_config
 from diffusion_policy_ros.perception.image_decoding import decode_color
+from diffusion_policy_ros.policy.grasp_retry import EmptyGraspRetry
+from diffusion_policy_ros.policy.node_config import PolicyNodeConfig
 from diffusion_policy_ros.policy.runner import PolicyRunner
 from diffusion_policy_ros.sim.env import GraspEnv
 from diffusion_policy_ros.sim.ik import TcpIk
@@ -65,6 +73,7 @@ class EpisodeOutcome:
     timed_out: bool
     episode_time_s: float
     chunk_latency_ms: list[float]
+    grasp_retries: int = 0
 
 
 def _template_of(instruction: str) -> str:
@@ -116,10 +125,14 @@ class _EpisodeMedia:
 def run_policy_episode(env: GraspEnv, runner: PolicyRunner, seed: int,
                        instruction_mode: str = "task",
                        media_dir: str | Path | None = None,
-                       noise: str = "stream") -> EpisodeOutcome:
+                       noise: str = "stream",
+                       grasp_retry: EmptyGraspRetry | None = None) -> EpisodeOutcome:
     if noise not in NOISE_MODES:
         raise ValueError(f"noise must be one of {NOISE_MODES}, got {noise!r}")
     obs, info = env.reset(seed)
+    retries = 0
+    if grasp_retry is not None:
+        grasp_retry.restart()
     task = info["task"]
     instruction = task.instruction
     if instruction_mode in ("wrong", "switch"):
@@ -140,9 +153,15 @@ def run_policy_episode(env: GraspEnv, runner: PolicyRunner, seed: int,
                 # As policy_node does on every instruction: a new history from this frame.
                 instruction = task.instruction
                 history.extend([obs] * n_obs)
+                if grasp_retry is not None:  # a new task, as policy_node's new instruction
+                    retries += grasp_retry.retries
+                    grasp_retry.restart()
             t0 = time.perf_counter()
             chunk = runner.predict(list(history), instruction, noise=chunk_noise)
             latencies.append((time.perf_counter() - t0) * 1e3)
+            if grasp_retry is not None:
+                chunk = grasp_retry.apply(chunk, history[-1]["joint_positions"][-1],
+                                          history[-1]["stamp_s"])
             if media:
                 media.chunk(chunk, latencies[-1])
                 media.frame(f"'{instruction}'")
@@ -154,7 +173,8 @@ def run_policy_episode(env: GraspEnv, runner: PolicyRunner, seed: int,
     state = info["task"]
     outcome = EpisodeOutcome(seed, state.target, instruction, _template_of(instruction),
                              state.success, state.wrong_object, state.timed_out,
-                             state.elapsed_s, latencies)
+                             state.elapsed_s, latencies,
+                             retries + (grasp_retry.retries if grasp_retry is not None else 0))
     if media:
         media.write(Path(media_dir), f"episode_{seed}", f"'{instruction}': {_result(outcome)}")
     return outcome
@@ -174,6 +194,8 @@ def summarize(outcomes: list[EpisodeOutcome]) -> dict:
         "success_rate": rate(outcomes, lambda o: o.success),
         "wrong_object_rate": rate(outcomes, lambda o: o.wrong_object is not None),
         "timeout_rate": rate(outcomes, lambda o: o.timed_out),
+        "grasp_retries": int(sum(o.grasp_retries for o in outcomes)),
+        "episodes_with_grasp_retries": int(sum(o.grasp_retries > 0 for o in outcomes)),
         "chunk_latency_ms_p50": float(np.median(latency)),
         "chunk_latency_ms_p99": float(np.percentile(latency, 99)),
         "per_target": {k[1]: rate(v, lambda o: o.success) for k, v in sorted(by.items())
@@ -191,10 +213,12 @@ def evaluate(checkpoint: str | Path, episodes: int = 100, seed: int = 0,
              noise: str = "stream",
              num_samples: int | None = None,
              depth_noise: bool = False,
-             backend: str = "torch") -> tuple[dict, list[EpisodeOutcome]]:
+             backend: str = "torch",
+             grasp_retry: bool | None = None) -> tuple[dict, list[EpisodeOutcome]]:
     """Closed-loop episodes with seeds ``seed .. seed + episodes - 1`` (``depth_noise``:
     the simulated Kinect's time-of-flight noise and dropouts on, a robustness check; the
-    demonstrations are recorded without)."""
+    demonstrations are recorded without; ``grasp_retry``: None = as policy_node's
+    config/policy_node.yaml)."""
     if instruction_mode not in INSTRUCTION_MODES:
         raise ValueError(f"instruction_mode must be one of {INSTRUCTION_MODES}")
     runner = PolicyRunner.from_checkpoint(checkpoint, joint_names=list(JOINT_NAMES),
@@ -206,16 +230,22 @@ def evaluate(checkpoint: str | Path, episodes: int = 100, seed: int = 0,
                                  chunk_horizon=runner.config.horizon,
                                  chunk_dt_s=runner.config.action_dt_s)
     runner.warmup("pick up the red cube")  # one-off costs stay out of the latency figures
+    retry_config = load_config(PolicyNodeConfig, CONFIG_DIR / "policy_node.yaml",
+                               "policy_node").grasp_retry()
+    if grasp_retry is not None:
+        retry_config.enabled = grasp_retry
+    retry = EmptyGraspRetry(retry_config) if retry_config.enabled else None
     outcomes = []
     with GraspEnv(config) as env:
         for i in range(episodes):
             outcomes.append(run_policy_episode(env, runner, seed + i, instruction_mode,
-                                               media_dir, noise))
+                                               media_dir, noise, retry))
             if progress:
                 o = outcomes[-1]
+                retried = f", {o.grasp_retries} grasp retries" if o.grasp_retries else ""
                 print(f"[{i + 1}/{episodes}] seed {o.seed} {o.target}: {_result(o)} "
-                      f"({o.episode_time_s:.1f} s, '{o.instruction}')", flush=True)
-    return summarize(outcomes), outcomes
+                      f"({o.episode_time_s:.1f} s, '{o.instruction}'{retried})", flush=True)
+    return {**summarize(outcomes), "grasp_retry": retry is not None}, outcomes
 
 
 def write_report(path: str | Path, summary: dict, outcomes: list[EpisodeOutcome]) -> None:

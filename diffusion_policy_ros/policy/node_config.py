@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 from diffusion_policy_ros.config import param
+from diffusion_policy_ros.policy.grasp_retry import GraspRetryConfig
 
 DEVICE_CHOICES = ("auto", "cpu", "cuda", "npu")
 PRECISION_CHOICES = ("fp32", "fp16", "bf16")
@@ -89,6 +90,29 @@ class PolicyNodeConfig:
                            "packaged arm (description/arm.urdf)")
     tool_link: str = param("tcp", "URDF link drawn as the end effector in policy/markers")
     diagnostics_period_s: float = param(1.0, "Period of /diagnostics (s)", low=0.05, high=60.0)
+    grasp_retry_enabled: bool = param(
+        True, "Re-open a gripper that closed on nothing (policy/grasp_retry.py): the "
+        "policy grasps again from there", name="grasp_retry.enabled")
+    grasp_retry_empty_below_m: float = param(
+        0.02, "A measured opening below this holds nothing (below the narrowest object "
+        "the robot grasps) (m)", low=0.001, high=0.2, name="grasp_retry.empty_below_m")
+    grasp_retry_empty_for_s: float = param(
+        0.5, "Closed on nothing this long before the gripper is re-opened (s)", low=0.0,
+        high=10.0, name="grasp_retry.empty_for_s")
+    grasp_retry_open_for_s: float = param(
+        1.0, "The gripper is held open this long, then the policy's commands return (s)",
+        low=0.05, high=10.0, name="grasp_retry.open_for_s")
+    grasp_retry_open_to_m: float = param(
+        0.085, "The opening commanded while re-opening (m; the gripper's stroke)", low=0.001,
+        high=0.2, name="grasp_retry.open_to_m")
+    grasp_retry_max_retries: int = param(
+        1, "Re-openings per task (instruction); then the policy's commands stand", low=0,
+        high=100, name="grasp_retry.max_retries")
+
+    def grasp_retry(self) -> GraspRetryConfig:
+        return GraspRetryConfig(self.grasp_retry_enabled, self.grasp_retry_empty_below_m,
+                                self.grasp_retry_empty_for_s, self.grasp_retry_open_for_s,
+                                self.grasp_retry_open_to_m, self.grasp_retry_max_retries)
 
     @property
     def action_joint_names(self) -> list[str]:
@@ -100,3 +124,4 @@ class PolicyNodeConfig:
             raise ValueError(f"joint names must be non-empty strings, got {names}")
         if len(set(names)) != len(names):
             raise ValueError(f"joint_names + [gripper_joint] has duplicates: {names}")
+        self.grasp_retry().validate()

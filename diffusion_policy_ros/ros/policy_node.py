@@ -34,7 +34,9 @@ reason, without an instruction, with observations or joint_states older than
 at the node's clock (inputs stamped earlier are dropped) and a chunk still
 computing from older frames is discarded (``discarded_after_restart``): after a
 simulated reset the first chunks see only the new episode, padded from its first
-frame as in training.
+frame as in training. A gripper that closed on nothing is re-opened for a moment
+(``grasp_retry.*``, ``policy.grasp_retry.EmptyGraspRetry``; counted in
+``grasp_retries_total``), so the policy grasps again.
 
 Threading: inference runs on the node's own worker thread, never on the executor's:
 the frame callbacks and the ``rate_hz`` timer (its own callback group; with
@@ -86,6 +88,7 @@ from diffusion_policy_ros.perception.frame_schedule import FrameRateSchedule
 from diffusion_policy_ros.perception.image_decoding import FrameRejected, decode_color
 from diffusion_policy_ros.policy.checkpoint import CheckpointError
 from diffusion_policy_ros.policy.devices import DeviceUnavailableError
+from diffusion_policy_ros.policy.grasp_retry import EmptyGraspRetry
 from diffusion_policy_ros.policy.kinematics import urdf_kinematics
 from diffusion_policy_ros.policy.language import normalize_instruction
 from diffusion_policy_ros.policy.node_config import PolicyNodeConfig
@@ -168,8 +171,10 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
                             else None)
         self._last_tick_mark_ns: int | None = None  # node clock
         self.discarded_after_restart = 0
+        self.grasp_retry = EmptyGraspRetry(cfg.grasp_retry())
         self._noise = None  # noise_stream of the current task when `seed` >= 0
         self._noise_generation = -1
+        self._retry_generation = -1  # the history generation grasp_retry's task belongs to
         self._work = threading.Condition()
         self._tick_due = False
         self._embed_due = ""
@@ -496,6 +501,11 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
         if self.history.generation != generation:
             self.discarded_after_restart += 1  # a new task began while this was computed
             return
+        if self._retry_generation != generation:
+            self.grasp_retry.restart()
+            self._retry_generation = generation
+        chunk = self.grasp_retry.apply(chunk, selection.observations[-1]["joint_positions"][-1],
+                                       selection.stamp_ns * 1e-9)
         stamp = ns_to_stamp(selection.stamp_ns)
         msg = JointTrajectory(joint_names=self.joint_names)
         msg.header.stamp = stamp
@@ -600,6 +610,7 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
             "watchdog_ticks": str(self.watchdog_ticks),
             "history_restarts": str(h.generation),
             "discarded_after_restart": str(self.discarded_after_restart),
+            "grasp_retries_total": str(self.grasp_retry.retries_total),
             "first_chunk_ms": (f"{self._first_chunk_ms:.2f}" if self._first_chunk_ms is not None
                                else ""),
             "warmup_ms": ", ".join(f"{w:.1f}" for w in self._warmup_ms),

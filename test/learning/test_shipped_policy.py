@@ -68,3 +68,11 @@ def test_drops_the_first_instruction_for_a_new_one():
     outcomes = _run("switch", 3, 5016)
     assert sum(o.success for o in outcomes) >= 2, outcomes
     assert all(o.wrong_object is None for o in outcomes), outcomes
+
+
+def test_a_gripper_closed_on_nothing_is_reopened_and_the_object_lifted():
+    """Seed 5187: the fingers close past the purple cylinder and the policy alone never
+    opens them again (it timed out in the committed report without the retry); re-opened
+    once, as policy_node does by default, it lifts the cylinder."""
+    (outcome,) = evaluate(SHIPPED_CHECKPOINT, episodes=1, seed=5187, progress=False)[1]
+    assert outcome.grasp_retries == 1 and outcome.success, outcome

@@ -1,7 +1,5 @@
 """config/policy_node.yaml mirrors PolicyNodeConfig's defaults; choices match policy.devices."""
 
-import dataclasses
-
 import pytest
 import yaml
 
@@ -11,8 +9,10 @@ from diffusion_policy_ros.config import (
     config_fields,
     config_from_params,
     load_config,
+    load_node_params,
 )
 from diffusion_policy_ros.policy.devices import DEVICES, PRECISIONS
+from diffusion_policy_ros.policy.grasp_retry import GraspRetryConfig
 from diffusion_policy_ros.policy.node_config import (
     BACKEND_CHOICES,
     DEVICE_CHOICES,
@@ -25,10 +25,13 @@ YAML = CONFIG_DIR / "policy_node.yaml"
 
 
 def test_yaml_section_has_exactly_the_dataclass_defaults():
-    params = yaml.safe_load(YAML.read_text())["/**/policy_node"]["ros__parameters"]
-    assert set(params) == {f.param_name for f in config_fields(PolicyNodeConfig)}
-    assert params == dataclasses.asdict(PolicyNodeConfig())
-    assert load_config(PolicyNodeConfig, YAML, "policy_node") == PolicyNodeConfig()
+    params = load_node_params(YAML, "policy_node")  # nested sections as dotted names
+    assert "grasp_retry" in yaml.safe_load(YAML.read_text())["/**/policy_node"]["ros__parameters"]
+    defaults = PolicyNodeConfig()
+    assert params == {f.param_name: getattr(defaults, f.attr)
+                      for f in config_fields(PolicyNodeConfig)}
+    assert load_config(PolicyNodeConfig, YAML, "policy_node") == defaults
+    assert defaults.grasp_retry() == GraspRetryConfig()  # one set of defaults
 
 
 def test_defaults_follow_the_contract():
@@ -57,6 +60,7 @@ def test_every_field_is_documented_with_range_or_choices():
     ({"precision": "int8"}, "precision"),
     ({"gripper_joint": "joint_3"}, "duplicates"),
     ({"rate_hz": 0.0}, "rate_hz"),
+    ({"grasp_retry.empty_below_m": 0.09}, "empty_below_m"),
 ])
 def test_bad_values_are_named(params, match):
     with pytest.raises(ConfigError, match=match):

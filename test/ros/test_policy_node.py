@@ -72,6 +72,7 @@ class PolicyHarness:
         self.streaming = True
         self.stamp_delay_s = 0.0
         self.nan_points = False
+        self.gripper_m: float | None = None  # the measured opening sent instead of the episode's
         self._frame = 0
         node.create_timer(1 / 30, self._publish_frame)
         node.create_timer(0.01, self._publish_joints)
@@ -95,7 +96,10 @@ class PolicyHarness:
 
     def _publish_joints(self):
         i = max(0, self._frame - 1) % len(self.episode)
-        msg = JointState(name=NAMES, position=self.episode.joint_positions[i].tolist())
+        position = self.episode.joint_positions[i].tolist()
+        if self.gripper_m is not None:
+            position[-1] = self.gripper_m
+        msg = JointState(name=NAMES, position=position)
         msg.header.stamp = ns_to_stamp(self._now_ns())
         self.joint_pub.publish(msg)
 
@@ -290,6 +294,46 @@ def test_refusals_instruction_change_and_start_stop(ros, start_node, assets):
     ros.spin_until(lambda: refusal_is("stale_observation")()
                    and h.count("watchdog_ticks") > watchdog, 5.0,
                    lambda: f"stale after the stream stopped: {h.diagnostics()}")
+    assert node.alive(), node.log()
+
+
+def test_a_gripper_closed_on_nothing_is_reopened(ros, start_node, assets):
+    """grasp_retry.*: joint_states report the gripper closed on nothing; after
+    empty_for_s the chunks hold it at open_to_m for open_for_s, max_retries times."""
+    checkpoint, episode = assets
+    open_to_m = 0.05  # an opening the policy's own chunks do not hold exactly
+    node = start_node(MODULE, [*PARAMS, "-p", f"checkpoint:={checkpoint}",
+                               "-p", "autostart:=true", "-p", "grasp_retry.empty_for_s:=0.3",
+                               "-p", "grasp_retry.open_for_s:=0.5",
+                               "-p", f"grasp_retry.open_to_m:={open_to_m}",
+                               "-p", "grasp_retry.max_retries:=1"])
+    h = PolicyHarness(ros, episode)
+
+    def held_open(msg) -> bool:
+        return all(p.positions[-1] == open_to_m for p in msg.points)
+
+    ros.spin_until(h.connected, 30.0, lambda: f"policy_node up\n{node.log()}")
+    h.instruct("pick up the red cube")
+    ros.spin_until(lambda: len(h.chunks) >= 3, 30.0,
+                   lambda: f"first chunks: {h.diagnostics()}\n{node.log()}")
+    assert not any(held_open(m) for _, m in h.chunks)
+    closed_at = len(h.chunks)
+    h.gripper_m = 0.0
+    ros.spin_until(lambda: any(held_open(m) for _, m in h.chunks[closed_at:]), 10.0,
+                   lambda: f"a re-opening: {h.diagnostics()}\n{node.log()}")
+    first = next(k for k in range(closed_at, len(h.chunks)) if held_open(h.chunks[k][1]))
+    opened_ns = stamp_to_ns(h.chunks[first][1].header.stamp)
+    # max_retries 1: once open_for_s has passed, the policy's own gripper commands return
+    # although the gripper still reads closed.
+    ros.spin_until(lambda: any(stamp_to_ns(m.header.stamp) > opened_ns + 0.6e9
+                               for _, m in h.chunks[first:]), 10.0, "chunks after the retry")
+    later = [m for _, m in h.chunks[first:] if stamp_to_ns(m.header.stamp) > opened_ns + 0.6e9]
+    assert not any(held_open(m) for m in later)
+    ros.spin_until(lambda: h.count("grasp_retries_total") == 1, 5.0,
+                   lambda: f"grasp_retries_total: {h.diagnostics()}")
+    for _, msg in h.chunks[first:]:
+        for point in msg.points:  # the arm columns are the policy's in every chunk
+            assert all(math.isfinite(q) for q in point.positions)
     assert node.alive(), node.log()
 
 

@@ -1,0 +1,97 @@
+"""``EmptyGraspRetry``: re-open a gripper that closed on nothing, so the policy grasps again.
+
+The shipped policy's commonest held-out failure is a gripper that closed past its
+object (the object slipped out, or the fingers missed it) to a few millimetres and
+never opened again: no demonstration starts from there, so the policy holds still.
+From an open gripper next to the object it grasps again (docs/rl.md measures how often
+that recovers an episode). Re-opening is safe where it applies: an opening below the
+narrowest object the robot is asked to grasp means the fingers hold nothing, so
+nothing can be dropped.
+
+The rule, on the measured opening at each chunk's observation: closed below
+``empty_below_m`` for ``empty_for_s`` -> the chunks' gripper column is set to
+``open_to_m`` for ``open_for_s``, then the policy's own gripper commands return; at
+most ``max_retries`` times per task (a new instruction or episode starts a new task).
+Times are the observations' stamps (sim or robot time). The arm columns are never
+changed. ``policy_node`` and ``dpr eval`` run the same rule.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+#: Stamps this close count as equal (s): 10 Hz observations reach 0.5 s exactly.
+_STAMP_TOLERANCE_S = 1e-6
+
+
+@dataclasses.dataclass
+class GraspRetryConfig:
+    enabled: bool = True
+    #: An opening below this holds nothing (half the narrowest object here, 40 mm).
+    empty_below_m: float = 0.02
+    #: How long the gripper must stay closed on nothing before it is re-opened (s).
+    empty_for_s: float = 0.5
+    #: How long the gripper is held open before the policy's commands return (s).
+    open_for_s: float = 1.0
+    #: The opening commanded meanwhile (m; the gripper's stroke).
+    open_to_m: float = 0.085
+    #: Re-openings per task; then the policy's commands stand.
+    max_retries: int = 1
+
+    def validate(self) -> None:
+        if not 0.0 < self.empty_below_m < self.open_to_m:
+            raise ValueError(f"need 0 < empty_below_m ({self.empty_below_m}) < open_to_m "
+                             f"({self.open_to_m})")
+        if self.empty_for_s < 0.0 or self.open_for_s <= 0.0 or self.max_retries < 0:
+            raise ValueError("empty_for_s >= 0, open_for_s > 0 and max_retries >= 0 needed")
+
+
+class EmptyGraspRetry:
+    """Applies the rule of the module docstring to one task's chunks, in stamp order."""
+
+    def __init__(self, config: GraspRetryConfig, gripper_column: int = -1):
+        config.validate()
+        self.config = config
+        self.gripper_column = gripper_column
+        #: Re-openings over every task (diagnostics).
+        self.retries_total = 0
+        self.restart()
+
+    def restart(self) -> None:
+        """A new task (instruction or episode): nothing closed, no retries spent."""
+        self.retries = 0
+        self._empty_since_s: float | None = None
+        self._open_until_s: float | None = None
+
+    @property
+    def opening(self) -> bool:
+        """True while the gripper is being held open."""
+        return self._open_until_s is not None
+
+    def apply(self, chunk: np.ndarray, opening_m: float, stamp_s: float) -> np.ndarray:
+        """The chunk to execute for an observation at ``stamp_s`` whose measured gripper
+        opening is ``opening_m``: ``chunk`` itself, or a copy with the gripper held open."""
+        c = self.config
+        if not c.enabled:
+            return chunk
+        if self._open_until_s is not None and \
+                stamp_s >= self._open_until_s - _STAMP_TOLERANCE_S:
+            self._open_until_s = None
+        if self._open_until_s is None:
+            if not opening_m < c.empty_below_m:
+                self._empty_since_s = None
+                return chunk
+            if self._empty_since_s is None:
+                self._empty_since_s = stamp_s
+            waited_s = stamp_s - self._empty_since_s + _STAMP_TOLERANCE_S
+            if waited_s < c.empty_for_s or self.retries >= c.max_retries:
+                return chunk
+            self.retries += 1
+            self.retries_total += 1
+            self._empty_since_s = None
+            self._open_until_s = stamp_s + c.open_for_s
+        held = np.array(chunk, copy=True)
+        held[:, self.gripper_column] = c.open_to_m
+        return held
