@@ -60,6 +60,7 @@ def summarize(outcomes: list[dict], latencies_ms: list[float], diagnostics: dict
         "policy_chunk_rate_hz": f(policy.get("chunk_rate_hz")),
         "policy_chunks_total": count_or_none(policy, "chunks_total"),
         "policy_overrun_ticks": count_or_none(policy, "overrun_ticks"),
+        "policy_grasp_retries": count_or_none(policy, "grasp_retries_total"),
         "tracker_period_error_ms": {"p50": f(tracker.get("period_error_ms_p50")),
                                     "p99": f(tracker.get("period_error_ms_p99")),
                                     "max": f(tracker.get("period_error_ms_max")),
@@ -107,7 +108,8 @@ def format_summary(summary: dict) -> str:
     lines.append(f"chunks received {lat['count']} ({f(summary['policy_chunk_rate_hz'])} /s at "
                  f"the policy); observation stamp -> chunk received p50 {f(lat['p50'])} ms, "
                  f"p99 {f(lat['p99'])} ms; policy predict p50 {f(pred['p50'])} ms, p99 "
-                 f"{f(pred['p99'])} ms")
+                 f"{f(pred['p99'])} ms; grasp retries "
+                 f"{f(summary.get('policy_grasp_retries'), 'd')}")
     if summary.get("tracker_tick_source") == "joint_states":
         wait = summary.get("sim_lockstep_wait_ms") or {}
         loop = (f"tracker ticks on joint_states, sim lockstep {summary.get('sim_lockstep')} "

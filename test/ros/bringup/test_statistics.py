@@ -7,7 +7,7 @@ def test_summary_figures():
     outcomes = [{"status": s} for s in ("success", "wrong_object", "timeout", "success")]
     diagnostics = {"policy_node": {"predict_ms_p50": "12.5", "predict_ms_p99": "nan",
                                    "chunk_rate_hz": "9.90", "chunks_total": "40",
-                                   "overrun_ticks": "1"},
+                                   "overrun_ticks": "1", "grasp_retries_total": "2"},
                    "pd_tracker_node": {"period_error_ms_p50": "0.0100",
                                        "period_error_ms_p99": "0.2000",
                                        "period_error_ms_max": "1.5", "loop_rate_hz": "499.9"}}
@@ -18,9 +18,11 @@ def test_summary_figures():
     assert s["policy_predict_ms"] == {"p50": 12.5, "p99": None}
     assert s["tracker_period_error_ms"]["p99"] == 0.2
     assert s["tracker_period_error_ms"]["p99_worst"] == 0.3
+    assert s["policy_grasp_retries"] == 2 and "grasp retries 2" in format_summary(s)
     empty = summarize([], [], {}, None)
     assert empty["success_rate"] is None and empty["chunk_latency_ms"]["p50"] is None
     assert "n/a" in format_summary({**empty, "episodes_requested": 1})
+    assert "grasp retries n/a" in format_summary(empty)
     text = format_summary({**empty, "diagnostics_errors": {
         "pd_tracker_node": {"count": 2, "messages": ["fault: joint_states stale"]}}})
     assert "pd_tracker_node x2 (fault: joint_states stale)" in text
