@@ -41,10 +41,9 @@ from pathlib import Path
 
 import numpy as np
 
-from diffusion_policy_ros.config import CONFIG_DIR, load_config
 from diffusion_policy_ros.perception.image_decoding import decode_color
 from diffusion_policy_ros.policy.grasp_retry import EmptyGraspRetry
-from diffusion_policy_ros.policy.node_config import PolicyNodeConfig
+from diffusion_policy_ros.policy.node_config import configured_grasp_retry
 from diffusion_policy_ros.policy.runner import PolicyRunner
 from diffusion_policy_ros.sim.env import GraspEnv
 from diffusion_policy_ros.sim.ik import TcpIk
@@ -130,9 +129,9 @@ def run_policy_episode(env: GraspEnv, runner: PolicyRunner, seed: int,
     if noise not in NOISE_MODES:
         raise ValueError(f"noise must be one of {NOISE_MODES}, got {noise!r}")
     obs, info = env.reset(seed)
-    retries = 0
     if grasp_retry is not None:
         grasp_retry.restart()
+        retries_before = grasp_retry.retries_total
     task = info["task"]
     instruction = task.instruction
     if instruction_mode in ("wrong", "switch"):
@@ -154,7 +153,6 @@ def run_policy_episode(env: GraspEnv, runner: PolicyRunner, seed: int,
                 instruction = task.instruction
                 history.extend([obs] * n_obs)
                 if grasp_retry is not None:  # a new task, as policy_node's new instruction
-                    retries += grasp_retry.retries
                     grasp_retry.restart()
             t0 = time.perf_counter()
             chunk = runner.predict(list(history), instruction, noise=chunk_noise)
@@ -174,7 +172,8 @@ def run_policy_episode(env: GraspEnv, runner: PolicyRunner, seed: int,
     outcome = EpisodeOutcome(seed, state.target, instruction, _template_of(instruction),
                              state.success, state.wrong_object, state.timed_out,
                              state.elapsed_s, latencies,
-                             retries + (grasp_retry.retries if grasp_retry is not None else 0))
+                             grasp_retry.retries_total - retries_before
+                             if grasp_retry is not None else 0)
     if media:
         media.write(Path(media_dir), f"episode_{seed}", f"'{instruction}': {_result(outcome)}")
     return outcome
@@ -230,8 +229,7 @@ def evaluate(checkpoint: str | Path, episodes: int = 100, seed: int = 0,
                                  chunk_horizon=runner.config.horizon,
                                  chunk_dt_s=runner.config.action_dt_s)
     runner.warmup("pick up the red cube")  # one-off costs stay out of the latency figures
-    retry_config = load_config(PolicyNodeConfig, CONFIG_DIR / "policy_node.yaml",
-                               "policy_node").grasp_retry()
+    retry_config = configured_grasp_retry()
     if grasp_retry is not None:
         retry_config.enabled = grasp_retry
     retry = EmptyGraspRetry(retry_config) if retry_config.enabled else None

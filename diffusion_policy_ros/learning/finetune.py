@@ -51,7 +51,6 @@ import torch.distributed as dist
 import torch.utils.checkpoint
 from tqdm import tqdm
 
-from diffusion_policy_ros.config import CONFIG_DIR, load_config
 from diffusion_policy_ros.errors import RunStopped
 from diffusion_policy_ros.learning.finetune_config import FinetuneConfig
 from diffusion_policy_ros.learning.optimizer_state import STATE_JSON
@@ -75,7 +74,7 @@ from diffusion_policy_ros.policy.checkpoint import load_checkpoint, save_checkpo
 from diffusion_policy_ros.policy.devices import autocast_context
 from diffusion_policy_ros.policy.features import IMAGE, LANGUAGE, POINTS_RGB, POINTS_XYZ, STATE
 from diffusion_policy_ros.policy.language import LanguageEmbedder
-from diffusion_policy_ros.policy.node_config import PolicyNodeConfig
+from diffusion_policy_ros.policy.node_config import configured_grasp_retry
 from diffusion_policy_ros.sim.scene import JOINT_NAMES
 from diffusion_policy_ros.sim.sim_config import load_sim_config
 
@@ -96,10 +95,7 @@ def make_rl_env(config: FinetuneConfig, seed_start: int, seed_stride: int,
     sim = dataclasses.replace(load_sim_config(), time_limit_s=config.time_limit_s)
     reward = RewardConfig(config.success_weight, config.distance_weight,
                           config.smoothness_weight)
-    retry = None
-    if config.grasp_retry:
-        retry = load_config(PolicyNodeConfig, CONFIG_DIR / "policy_node.yaml",
-                            "policy_node").grasp_retry()
+    retry = configured_grasp_retry() if config.grasp_retry else None
     return GraspRlEnv(sim, reward, depth_noise=config.depth_noise,
                       switch_probability=config.switch_probability, seed_start=seed_start,
                       seed_stride=seed_stride, image_size=tuple(image_size),

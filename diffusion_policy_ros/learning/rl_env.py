@@ -105,7 +105,7 @@ class GraspRlEnv(gym.Env):
         self.switch_probability = float(switch_probability)
         self.grasp_retry = (EmptyGraspRetry(grasp_retry)
                             if grasp_retry is not None and grasp_retry.enabled else None)
-        self._retries = 0
+        self._retries_before = 0  # grasp_retry.retries_total when the episode began
         self._next_seed = int(seed_start)
         self._seed_stride = int(seed_stride)
         h, w = image_size
@@ -142,9 +142,9 @@ class GraspRlEnv(gym.Env):
             first = other_task(own.target, runtime.scene.object_names, rng)
             self._switch_to = own.instruction
         obs, info = self.env.reset(self._seed, task=first)
-        self._retries = 0
         if self.grasp_retry is not None:
             self.grasp_retry.restart()
+            self._retries_before = self.grasp_retry.retries_total
         self._start_s = runtime.time_s
         self._distance_m = self._target_distance_m()
         self._action = None
@@ -172,7 +172,6 @@ class GraspRlEnv(gym.Env):
             obs["instruction"] = state.instruction
             self._switch_to = None
             if self.grasp_retry is not None:  # a new instruction: a new task, as policy_node
-                self._retries += self.grasp_retry.retries
                 self.grasp_retry.restart()
         distance = self._target_distance_m()
         terms = reward_terms(state.success, self._distance_m, distance, executed, self._action)
@@ -211,7 +210,8 @@ class GraspRlEnv(gym.Env):
                 "elapsed_s": np.array([self.env.runtime.time_s - self._start_s])}
 
     def _info(self, state, decision) -> dict:
-        retries = self._retries + (self.grasp_retry.retries if self.grasp_retry else 0)
+        retries = (self.grasp_retry.retries_total - self._retries_before
+                   if self.grasp_retry is not None else 0)
         return {"episode_seed": self._seed, "target": state.target, "success": state.success,
                 "wrong_object": state.wrong_object or "", "timed_out": state.timed_out,
                 "chunk_accepted": decision is None or decision.accepted,

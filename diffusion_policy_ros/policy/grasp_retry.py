@@ -65,11 +65,6 @@ class EmptyGraspRetry:
         self._empty_since_s: float | None = None
         self._open_until_s: float | None = None
 
-    @property
-    def opening(self) -> bool:
-        """True while the gripper is being held open."""
-        return self._open_until_s is not None
-
     def apply(self, chunk: np.ndarray, opening_m: float, stamp_s: float) -> np.ndarray:
         """The chunk to execute for an observation at ``stamp_s`` whose measured gripper
         opening is ``opening_m``: ``chunk`` itself, or a copy with the gripper held open."""

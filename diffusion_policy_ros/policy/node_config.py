@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 
-from diffusion_policy_ros.config import param
+from diffusion_policy_ros.config import CONFIG_DIR, load_config, param
 from diffusion_policy_ros.policy.grasp_retry import GraspRetryConfig
 
 DEVICE_CHOICES = ("auto", "cpu", "cuda", "npu")
 PRECISION_CHOICES = ("fp32", "fp16", "bf16")
 BACKEND_CHOICES = ("torch", "onnxruntime", "aotinductor")
 TICK_SOURCE_CHOICES = ("observation", "timer")
+_RETRY = GraspRetryConfig()  # the grasp_retry.* defaults
 
 
 @dataclasses.dataclass
@@ -91,23 +92,24 @@ class PolicyNodeConfig:
     tool_link: str = param("tcp", "URDF link drawn as the end effector in policy/markers")
     diagnostics_period_s: float = param(1.0, "Period of /diagnostics (s)", low=0.05, high=60.0)
     grasp_retry_enabled: bool = param(
-        True, "Re-open a gripper that closed on nothing (policy/grasp_retry.py): the "
-        "policy grasps again from there", name="grasp_retry.enabled")
+        _RETRY.enabled, "Re-open a gripper that closed on nothing (policy/grasp_retry.py): "
+        "the policy grasps again from there", name="grasp_retry.enabled")
     grasp_retry_empty_below_m: float = param(
-        0.02, "A measured opening below this holds nothing (below the narrowest object "
-        "the robot grasps) (m)", low=0.001, high=0.2, name="grasp_retry.empty_below_m")
+        _RETRY.empty_below_m, "A measured opening below this holds nothing (below the "
+        "narrowest object the robot grasps) (m)", low=0.001, high=0.2,
+        name="grasp_retry.empty_below_m")
     grasp_retry_empty_for_s: float = param(
-        0.5, "Closed on nothing this long before the gripper is re-opened (s)", low=0.0,
-        high=10.0, name="grasp_retry.empty_for_s")
+        _RETRY.empty_for_s, "Closed on nothing this long before the gripper is re-opened "
+        "(s)", low=0.0, high=10.0, name="grasp_retry.empty_for_s")
     grasp_retry_open_for_s: float = param(
-        1.0, "The gripper is held open this long, then the policy's commands return (s)",
-        low=0.05, high=10.0, name="grasp_retry.open_for_s")
+        _RETRY.open_for_s, "The gripper is held open this long, then the policy's commands "
+        "return (s)", low=0.05, high=10.0, name="grasp_retry.open_for_s")
     grasp_retry_open_to_m: float = param(
-        0.085, "The opening commanded while re-opening (m; the gripper's stroke)", low=0.001,
-        high=0.2, name="grasp_retry.open_to_m")
+        _RETRY.open_to_m, "The opening commanded while re-opening (m; the gripper's "
+        "stroke)", low=0.001, high=0.2, name="grasp_retry.open_to_m")
     grasp_retry_max_retries: int = param(
-        1, "Re-openings per task (instruction); then the policy's commands stand", low=0,
-        high=100, name="grasp_retry.max_retries")
+        _RETRY.max_retries, "Re-openings per task (instruction); then the policy's commands "
+        "stand", low=0, high=100, name="grasp_retry.max_retries")
 
     def grasp_retry(self) -> GraspRetryConfig:
         return GraspRetryConfig(self.grasp_retry_enabled, self.grasp_retry_empty_below_m,
@@ -125,3 +127,10 @@ class PolicyNodeConfig:
         if len(set(names)) != len(names):
             raise ValueError(f"joint_names + [gripper_joint] has duplicates: {names}")
         self.grasp_retry().validate()
+
+
+def configured_grasp_retry() -> GraspRetryConfig:
+    """The grasp retry ``policy_node`` runs with its shipped parameters
+    (``config/policy_node.yaml``), for the in-process loops that mirror it."""
+    return load_config(PolicyNodeConfig, CONFIG_DIR / "policy_node.yaml",
+                       "policy_node").grasp_retry()
