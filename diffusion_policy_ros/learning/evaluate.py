@@ -241,7 +241,9 @@ def evaluate(checkpoint: str | Path, episodes: int = 100, seed: int = 0,
     retry_config = configured_grasp_retry()
     if grasp_retry is not None:
         retry_config.enabled = grasp_retry
-    retry = GraspRetry(retry_config, packaged_tool_position()) if retry_config.enabled else None
+    retry = (GraspRetry(retry_config, packaged_tool_position(),
+                        chunk_dt_s=runner.config.action_dt_s)
+             if retry_config.enabled else None)
     outcomes = []
     with GraspEnv(config) as env:
         for i in range(episodes):

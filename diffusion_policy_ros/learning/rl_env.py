@@ -104,7 +104,8 @@ class GraspRlEnv(gym.Env):
         self.env = GraspEnv(config)
         self.reward_config = reward or RewardConfig()
         self.switch_probability = float(switch_probability)
-        self.grasp_retry = (GraspRetry(grasp_retry, packaged_tool_position())
+        self.grasp_retry = (GraspRetry(grasp_retry, packaged_tool_position(),
+                                       chunk_dt_s=config.chunk_dt_s)
                             if grasp_retry is not None and grasp_retry.enabled else None)
         self._retries_before = 0  # grasp_retry.retries_total when the episode began
         self._next_seed = int(seed_start)

@@ -18,12 +18,16 @@ both):
   measured joints); without it this trigger is off.
 
 Either way the chunks' gripper column is set to ``open_to_m`` for ``open_for_s``, then
-the policy's own gripper commands return; from an open gripper beside its object the
-policy grasps again. At most ``max_retries`` re-openings of the first kind and
-``max_stall_retries`` of the second per task (a new instruction or episode starts a new
-task). Times are the observations' stamps (sim or robot time). The arm columns are
-never changed. ``policy_node``, ``dpr eval`` and ``dpr finetune``'s rollouts run the
-same rule.
+the policy's own commands return; from an open gripper beside its object the policy
+grasps again. A gripper closed on nothing keeps the policy's arm columns. A stalled one
+would close on the same corners again, so for it the arm columns also raise the tool
+by ``stall_lift_m`` from where it stalled (the Jacobian's z row by finite differences
+of ``tool_position``, least-norm joint step), starting ``RELEASE_S`` after the
+re-opening so the cube is let go on the table first: the policy then comes down again
+from above, as in its demonstrations. At most ``max_retries`` re-openings of the first
+kind and ``max_stall_retries`` of the second per task (a new instruction or episode
+starts a new task). Times are the observations' stamps (sim or robot time).
+``policy_node``, ``dpr eval`` and ``dpr finetune``'s rollouts run the same rule.
 """
 
 from __future__ import annotations
@@ -35,6 +39,11 @@ import numpy as np
 
 #: Stamps this close count as equal (s): 10 Hz observations reach 0.5 s exactly.
 _STAMP_TOLERANCE_S = 1e-6
+#: After a stalled grasp is re-opened, the lift starts this much later (s): the fingers
+#: clear the object first, so it stays on the table.
+RELEASE_S = 0.3
+#: Joint step for the finite-difference Jacobian (rad).
+_JACOBIAN_STEP_RAD = 1e-4
 
 
 @dataclasses.dataclass
@@ -61,6 +70,10 @@ class GraspRetryConfig:
     stalled_tool_below_m: float = 0.06
     #: Re-openings of a stalled grasp per task (0: this trigger is off).
     max_stall_retries: int = 1
+    #: How far the tool is raised while a stalled grasp is re-opened (m; 0: not at all).
+    stall_lift_m: float = 0.05
+    #: How fast it is raised (m/s).
+    stall_lift_speed_m_s: float = 0.1
 
     def validate(self) -> None:
         if not 0.0 < self.empty_below_m < self.open_to_m:
@@ -75,6 +88,8 @@ class GraspRetryConfig:
             raise ValueError("max_retries and max_stall_retries must be >= 0")
         if self.stall_tolerance_m < 0.0:
             raise ValueError(f"stall_tolerance_m must be >= 0, got {self.stall_tolerance_m}")
+        if self.stall_lift_m < 0.0 or self.stall_lift_speed_m_s <= 0.0:
+            raise ValueError("stall_lift_m >= 0 and stall_lift_speed_m_s > 0 needed")
 
 
 class GraspRetry:
@@ -82,16 +97,17 @@ class GraspRetry:
 
     ``tool_position``: the arm's joint positions (rad, the measured vector without its
     gripper entry) -> the tool centre point (m) in the base frame; None turns the
-    stalled-grasp trigger off.
+    stalled-grasp trigger off. ``chunk_dt_s``: the time between a chunk's rows.
     """
 
     def __init__(self, config: GraspRetryConfig,
                  tool_position: Callable[[np.ndarray], np.ndarray] | None = None,
-                 gripper_column: int = -1):
+                 gripper_column: int = -1, chunk_dt_s: float = 0.1):
         config.validate()
         self.config = config
         self.tool_position = tool_position
         self.gripper_column = gripper_column
+        self.chunk_dt_s = chunk_dt_s
         #: Re-openings over every task, both kinds (diagnostics).
         self.retries_total = 0
         #: Of which of a stalled grasp.
@@ -106,6 +122,7 @@ class GraspRetry:
         self._stalled_since_s: float | None = None
         self._stalled_at_m = 0.0
         self._open_until_s: float | None = None
+        self._lift: tuple[float, np.ndarray, np.ndarray] | None = None  # (t0, arm, step)
 
     def apply(self, chunk: np.ndarray, joint_positions, stamp_s: float) -> np.ndarray:
         """The chunk to execute for an observation at ``stamp_s`` whose measured joint
@@ -116,11 +133,18 @@ class GraspRetry:
             return chunk
         if self._open_until_s is not None and \
                 stamp_s >= self._open_until_s - _STAMP_TOLERANCE_S:
-            self._open_until_s = None
+            self._open_until_s = self._lift = None
         if self._open_until_s is None and not self._due(joint_positions, stamp_s):
             return chunk
         held = np.array(chunk, copy=True)
         held[:, self.gripper_column] = c.open_to_m
+        if self._lift is not None:
+            t0, arm, step = self._lift
+            rows_s = stamp_s + self.chunk_dt_s * np.arange(held.shape[0])
+            progress = np.clip((rows_s - t0 - RELEASE_S) * c.stall_lift_speed_m_s
+                               / c.stall_lift_m, 0.0, 1.0)
+            arm_columns = np.delete(np.arange(held.shape[1]), self.gripper_column)
+            held[:, arm_columns] = arm + progress[:, None] * step
         return held
 
     def _due(self, joint_positions, stamp_s: float) -> bool:
@@ -135,6 +159,9 @@ class GraspRetry:
         elif stall_due and self.stall_retries < c.max_stall_retries:
             self.stall_retries += 1
             self.stall_retries_total += 1
+            if c.stall_lift_m > 0.0:
+                arm = np.delete(joints, self.gripper_column)
+                self._lift = (stamp_s, arm, self._lift_step(arm, c.stall_lift_m))
         else:
             return False
         self.retries_total += 1
@@ -165,3 +192,14 @@ class GraspRetry:
                 c.stall_tolerance_m:
             self._stalled_since_s, self._stalled_at_m = stamp_s, opening_m
         return stamp_s - self._stalled_since_s + _STAMP_TOLERANCE_S >= c.stalled_for_s
+
+    def _lift_step(self, arm: np.ndarray, lift_m: float) -> np.ndarray:
+        """The least-norm joint step that raises the tool ``lift_m`` (to first order)."""
+        z0 = float(self.tool_position(arm)[2])
+        eye = np.eye(arm.size) * _JACOBIAN_STEP_RAD
+        row = np.array([float(self.tool_position(arm + d)[2]) - z0 for d in eye])
+        row /= _JACOBIAN_STEP_RAD
+        norm2 = float(row @ row)
+        if not np.isfinite(norm2) or norm2 < 1e-12:
+            return np.zeros_like(arm)  # no joint raises the tool here: open only
+        return row * (lift_m / norm2)

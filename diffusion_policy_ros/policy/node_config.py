@@ -129,6 +129,13 @@ class PolicyNodeConfig:
     grasp_retry_max_stall_retries: int = param(
         _RETRY.max_stall_retries, "Re-openings of a stalled grasp per task (0: off)", low=0,
         high=100, name="grasp_retry.max_stall_retries")
+    grasp_retry_stall_lift_m: float = param(
+        _RETRY.stall_lift_m, "While a stalled grasp is re-opened the tool is raised this far "
+        "from where it stalled, so the policy grasps again from above (m; 0: not raised)",
+        low=0.0, high=0.2, name="grasp_retry.stall_lift_m")
+    grasp_retry_stall_lift_speed_m_s: float = param(
+        _RETRY.stall_lift_speed_m_s, "How fast the tool is raised then (m/s)", low=0.01,
+        high=1.0, name="grasp_retry.stall_lift_speed_m_s")
 
     def grasp_retry(self) -> GraspRetryConfig:
         return GraspRetryConfig(
@@ -137,7 +144,8 @@ class PolicyNodeConfig:
             self.grasp_retry_open_to_m, self.grasp_retry_max_retries,
             self.grasp_retry_stalled_below_m, self.grasp_retry_stalled_for_s,
             self.grasp_retry_stall_tolerance_m, self.grasp_retry_stalled_tool_below_m,
-            self.grasp_retry_max_stall_retries)
+            self.grasp_retry_max_stall_retries, self.grasp_retry_stall_lift_m,
+            self.grasp_retry_stall_lift_speed_m_s)
 
     @property
     def action_joint_names(self) -> list[str]:

@@ -35,10 +35,10 @@ at the node's clock (inputs stamped earlier are dropped) and a chunk still
 computing from older frames is discarded (``discarded_after_restart``): after a
 simulated reset the first chunks see only the new episode, padded from its first
 frame as in training. A gripper that closed on nothing, or stalled part-closed on an
-object still on the table (the tool's height from the URDF's forward kinematics), is
-re-opened for a moment (``grasp_retry.*``, ``policy.grasp_retry.GraspRetry``; counted
-in ``grasp_retries_total``, the stalled ones also in ``grasp_stall_retries_total``), so
-the policy grasps again.
+object still on the table (the tool's height from the URDF's forward kinematics; the
+tool is then also raised a little), is re-opened for a moment (``grasp_retry.*``,
+``policy.grasp_retry.GraspRetry``; counted in ``grasp_retries_total``, the stalled ones
+also in ``grasp_stall_retries_total``), so the policy grasps again.
 
 Threading: inference runs on the node's own worker thread, never on the executor's:
 the frame callbacks and the ``rate_hz`` timer (its own callback group; with
@@ -271,6 +271,7 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
         stall_retry = retry.enabled and retry.max_stall_retries > 0
         self._fk = self._load_fk() if cfg.publish_markers or stall_retry else None
         self.grasp_retry.tool_position = self._fk.tool_positions if self._fk else None
+        self.grasp_retry.chunk_dt_s = c.action_dt_s
         self._warmup_ms = warmup
         self._first_chunk_ms = None
         self._error = ""

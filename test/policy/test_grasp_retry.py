@@ -23,13 +23,15 @@ def _tool_at(z_m: float):
     return lambda arm_rad: np.array([0.5, 0.0, z_m]) + 0.0 * np.sum(arm_rad)
 
 
-def _run(retry: GraspRetry, openings_m, start_s: float = 3.0) -> list[bool]:
+def _run(retry: GraspRetry, openings_m, start_s: float = 3.0, arm_kept: bool = True
+         ) -> list[bool]:
     """Whether each chunk was held open, for measured openings one chunk apart."""
     held = []
     for k, opening in enumerate(openings_m):
         chunk = _chunk()
         out = retry.apply(chunk, [*ARM_RAD, opening], start_s + k * DT_S)
-        np.testing.assert_array_equal(out[:, :-1], chunk[:, :-1])  # the arm is never changed
+        if arm_kept:  # a gripper closed on nothing never changes the arm
+            np.testing.assert_array_equal(out[:, :-1], chunk[:, :-1])
         held.append(bool(out[0, -1] == retry.config.open_to_m))
         if not held[-1]:
             assert out is chunk  # unchanged chunks are not copied
@@ -78,11 +80,39 @@ def test_a_grasp_stalled_on_an_edge_with_the_tool_low_is_reopened():
     retry = GraspRetry(config, _tool_at(0.04))
     # closing onto a cube's corners: the opening stops at 62 mm and creeps by 0.5 mm
     openings = list(np.linspace(0.085, 0.062, 5)) + list(np.linspace(0.062, 0.0615, 40))
-    held = _run(retry, openings)
+    held = _run(retry, openings, arm_kept=False)
     # still from chunk 4 on: 1.0 s later (chunk 14) held open for 0.5 s, once
     assert held[:14] == [False] * 14 and held[14:19] == [True] * 5 and not any(held[19:])
     assert retry.stall_retries == retry.retries_total == retry.stall_retries_total == 1
     assert retry.retries == 0
+
+
+def test_a_stalled_grasp_is_reopened_then_the_tool_raised_from_where_it_stalled():
+    """The arm columns hold the stalled pose, then rise at stall_lift_speed_m_s to
+    stall_lift_m above it (a linear stand-in for the forward kinematics)."""
+    gains = np.array([0.0, 0.2, -0.1, 0.05, 0.0, 0.0])  # dz / dq of each joint (m/rad)
+
+    def tool(arm_rad):
+        return np.array([0.5, 0.0, 0.04 + float(gains @ arm_rad)])
+
+    config = GraspRetryConfig(stalled_for_s=0.0, open_for_s=1.0, stall_lift_m=0.05,
+                              stall_lift_speed_m_s=0.1)
+    retry = GraspRetry(config, tool, chunk_dt_s=DT_S)
+    measured = [*ARM_RAD, 0.06]
+    stalled_at_s = 3.0
+    out = retry.apply(_chunk(), measured, stalled_at_s)
+    rises = [tool(row[:-1])[2] - tool(np.array(ARM_RAD))[2] for row in out]
+    # RELEASE_S (0.3 s) at the stalled pose, then 0.01 m per row up to 0.05 m
+    np.testing.assert_allclose(rises[:4], 0.0, atol=1e-9)
+    np.testing.assert_allclose(rises[4:9], [0.01, 0.02, 0.03, 0.04, 0.05], atol=1e-6)
+    np.testing.assert_allclose(rises[9:], 0.05, atol=1e-6)
+    assert (out[:, -1] == config.open_to_m).all()
+    # a later chunk of the same re-opening continues the same path (from the stalled pose)
+    later = retry.apply(_chunk(), [*ARM_RAD, 0.07], stalled_at_s + 0.5)
+    np.testing.assert_allclose(later[0], out[5], atol=1e-12)
+    # after open_for_s the policy's chunk is back, arm and gripper
+    back = retry.apply(_chunk(), [*ARM_RAD, 0.085], stalled_at_s + 1.0)
+    np.testing.assert_array_equal(back, _chunk())
 
 
 def test_a_lifted_or_closing_grasp_is_never_reopened():
@@ -105,7 +135,7 @@ def test_the_two_triggers_have_their_own_budgets():
     config = GraspRetryConfig(empty_for_s=0.0, stalled_for_s=0.0, open_for_s=DT_S,
                               max_retries=1, max_stall_retries=2)
     retry = GraspRetry(config, _tool_at(0.04))
-    assert sum(_run(retry, [0.0] * 10 + [0.05] * 10)) == 3
+    assert sum(_run(retry, [0.0] * 10 + [0.05] * 10, arm_kept=False)) == 3
     assert (retry.retries, retry.stall_retries, retry.retries_total) == (1, 2, 3)
 
 
@@ -113,7 +143,8 @@ def test_the_two_triggers_have_their_own_budgets():
                                     {"open_for_s": 0.0}, {"max_retries": -1},
                                     {"stalled_below_m": 0.01}, {"stalled_below_m": 0.02},
                                     {"stalled_for_s": -1.0}, {"max_stall_retries": -1},
-                                    {"stall_tolerance_m": -0.001}])
+                                    {"stall_tolerance_m": -0.001}, {"stall_lift_m": -0.01},
+                                    {"stall_lift_speed_m_s": 0.0}])
 def test_inconsistent_settings_are_refused(change):
     with pytest.raises(ValueError):
         GraspRetry(GraspRetryConfig(**change))

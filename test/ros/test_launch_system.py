@@ -170,7 +170,7 @@ def test_readme_instruction_makes_the_simulated_arm_lift_the_red_cube(
                                   f"{launch.log()[-4000:]}")
     final = episodes[-1]
     assert final["target"] == "red_cube" and final["instruction"] == "pick up the red cube"
-    assert final["status"] == "success", (final, launch.log()[-4000:])
+    assert final["status"] == "success", (final, policy, launch.log()[-4000:])
     # The README's next two commands: the score as JSON, a reset keeping the instruction.
     echo_command = readme_ros2_command("ros2 topic echo --once", " /sim/episode")
     reset_command = readme_ros2_command("ros2 service call", "/sim_node/reset")

@@ -344,11 +344,12 @@ def test_a_gripper_closed_on_nothing_is_reopened(ros, start_node, assets):
 def test_a_grasp_stalled_with_the_tool_low_is_reopened(ros, start_node, assets):
     """grasp_retry.*: joint_states report the gripper stopped part-closed. With the tool
     high (forward kinematics of the packaged URDF) the chunks stay the policy's; with it
-    low, after stalled_for_s they hold the gripper at open_to_m, max_stall_retries times."""
+    low, after stalled_for_s they hold the gripper at open_to_m and raise the tool from
+    there, max_stall_retries times."""
     checkpoint, episode = assets
-    tool_z_m = packaged_tool_position()
+    tool_position = packaged_tool_position()
     arm = np.asarray(episode.joint_positions)[:, :-1]
-    heights = np.array([tool_z_m(q)[2] for q in arm])
+    heights = np.array([tool_position(q)[2] for q in arm])
     low, high = arm[int(np.argmin(heights))].tolist(), arm[int(np.argmax(heights))].tolist()
     assert heights.min() < 0.06 < heights.max()  # the demonstration reached down and up
     open_to_m = 0.05
@@ -379,6 +380,11 @@ def test_a_grasp_stalled_with_the_tool_low_is_reopened(ros, start_node, assets):
                                for _, m in h.chunks[first:]), 10.0, "chunks after the retry")
     later = [m for _, m in h.chunks[first:] if stamp_to_ns(m.header.stamp) > opened_ns + 0.6e9]
     assert not any(held_open(m) for m in later)  # once: max_stall_retries 1
+    # Meanwhile the arm's columns raise the tool from the stalled pose, by stall_lift_m
+    # (0.05 m) once the ramp is done.
+    rises = [tool_position(np.asarray(p.positions[:-1]))[2] - tool_position(np.asarray(low))[2]
+             for _, m in h.chunks[first:] if held_open(m) for p in m.points]
+    assert min(rises) > -1e-3 and 0.04 < max(rises) < 0.06, rises
     ros.spin_until(lambda: h.count("grasp_stall_retries_total") == 1, 5.0,
                    lambda: f"grasp_stall_retries_total: {h.diagnostics()}")
     assert h.count("grasp_retries_total") == 1
