@@ -38,8 +38,7 @@ def add_parser(sub) -> None:
                             "same seeded noise for every chunk (the earlier default); fresh "
                             "= unseeded")
     evaluation.add_argument("--grasp-retry", choices=("on", "off"), help="re-open a gripper "
-                            "that closed on nothing or stalled on an object's edges, as "
-                            "policy_node does (default: "
+                            "that closed on nothing, as policy_node does (default: "
                             "config/policy_node.yaml's grasp_retry.enabled)")
     evaluation.add_argument("--ros", action="store_true", help="run the episodes through the "
                             "real nodes over ROS (dpr bringup --episodes) instead of in "

@@ -9,7 +9,5 @@ the robot, where MuJoCo and ``sim/`` have no business; the simulator's MJCF
 from pathlib import Path
 
 URDF_PATH = Path(__file__).resolve().parent / "arm.urdf"
-#: The arm's revolute joints, root to tool.
-ARM_JOINT_NAMES = ("joint_1", "joint_2", "joint_3", "joint_4", "joint_5", "joint_6")
 #: Link at the tool centre point (midway between the finger pads, z = approach).
 TOOL_LINK = "tcp"

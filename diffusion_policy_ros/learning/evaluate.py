@@ -21,10 +21,8 @@ default, which succeeded less often on the plain task than the stream with the s
 weights and seeds: docs/training.md, "Shipped policy"); ``fresh`` draws unseeded noise.
 
 Grasp retry (``grasp_retry``): as ``policy_node`` does with its default parameters
-(``config/policy_node.yaml``), a gripper that closed on nothing or stalled on an
-object's edges is re-opened for a moment (``policy.grasp_retry``; the tool's height
-from the packaged URDF, as the node has it); off, the policy's chunks are executed
-unchanged.
+(``config/policy_node.yaml``), a gripper that closed on nothing is re-opened for a
+moment (``policy.grasp_retry``); off, the policy's chunks are executed unchanged.
 Each episode's re-openings are in its record.
 
 ``media_dir``: per episode a GIF of the camera view with the end-effector
@@ -44,8 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from diffusion_policy_ros.perception.image_decoding import decode_color
-from diffusion_policy_ros.policy.grasp_retry import GraspRetry
-from diffusion_policy_ros.policy.kinematics import packaged_tool_position
+from diffusion_policy_ros.policy.grasp_retry import EmptyGraspRetry
 from diffusion_policy_ros.policy.node_config import configured_grasp_retry
 from diffusion_policy_ros.policy.runner import PolicyRunner
 from diffusion_policy_ros.sim.env import GraspEnv
@@ -76,8 +73,6 @@ class EpisodeOutcome:
     episode_time_s: float
     chunk_latency_ms: list[float]
     grasp_retries: int = 0
-    #: Of which of a grasp stalled on an object's edges (``policy.grasp_retry``).
-    grasp_stall_retries: int = 0
 
 
 def _template_of(instruction: str) -> str:
@@ -130,14 +125,13 @@ def run_policy_episode(env: GraspEnv, runner: PolicyRunner, seed: int,
                        instruction_mode: str = "task",
                        media_dir: str | Path | None = None,
                        noise: str = "stream",
-                       grasp_retry: GraspRetry | None = None) -> EpisodeOutcome:
+                       grasp_retry: EmptyGraspRetry | None = None) -> EpisodeOutcome:
     if noise not in NOISE_MODES:
         raise ValueError(f"noise must be one of {NOISE_MODES}, got {noise!r}")
     obs, info = env.reset(seed)
     if grasp_retry is not None:
         grasp_retry.restart()
         retries_before = grasp_retry.retries_total
-        stall_retries_before = grasp_retry.stall_retries_total
     task = info["task"]
     instruction = task.instruction
     if instruction_mode in ("wrong", "switch"):
@@ -164,7 +158,7 @@ def run_policy_episode(env: GraspEnv, runner: PolicyRunner, seed: int,
             chunk = runner.predict(list(history), instruction, noise=chunk_noise)
             latencies.append((time.perf_counter() - t0) * 1e3)
             if grasp_retry is not None:
-                chunk = grasp_retry.apply(chunk, history[-1]["joint_positions"],
+                chunk = grasp_retry.apply(chunk, history[-1]["joint_positions"][-1],
                                           history[-1]["stamp_s"])
             if media:
                 media.chunk(chunk, latencies[-1])
@@ -179,8 +173,6 @@ def run_policy_episode(env: GraspEnv, runner: PolicyRunner, seed: int,
                              state.success, state.wrong_object, state.timed_out,
                              state.elapsed_s, latencies,
                              grasp_retry.retries_total - retries_before
-                             if grasp_retry is not None else 0,
-                             grasp_retry.stall_retries_total - stall_retries_before
                              if grasp_retry is not None else 0)
     if media:
         media.write(Path(media_dir), f"episode_{seed}", f"'{instruction}': {_result(outcome)}")
@@ -203,7 +195,6 @@ def summarize(outcomes: list[EpisodeOutcome]) -> dict:
         "timeout_rate": rate(outcomes, lambda o: o.timed_out),
         "grasp_retries": int(sum(o.grasp_retries for o in outcomes)),
         "episodes_with_grasp_retries": int(sum(o.grasp_retries > 0 for o in outcomes)),
-        "grasp_stall_retries": int(sum(o.grasp_stall_retries for o in outcomes)),
         "chunk_latency_ms_p50": float(np.median(latency)),
         "chunk_latency_ms_p99": float(np.percentile(latency, 99)),
         "per_target": {k[1]: rate(v, lambda o: o.success) for k, v in sorted(by.items())
@@ -241,9 +232,7 @@ def evaluate(checkpoint: str | Path, episodes: int = 100, seed: int = 0,
     retry_config = configured_grasp_retry()
     if grasp_retry is not None:
         retry_config.enabled = grasp_retry
-    retry = (GraspRetry(retry_config, packaged_tool_position(),
-                        chunk_dt_s=runner.config.action_dt_s)
-             if retry_config.enabled else None)
+    retry = EmptyGraspRetry(retry_config) if retry_config.enabled else None
     outcomes = []
     with GraspEnv(config) as env:
         for i in range(episodes):
@@ -251,8 +240,7 @@ def evaluate(checkpoint: str | Path, episodes: int = 100, seed: int = 0,
                                                media_dir, noise, retry))
             if progress:
                 o = outcomes[-1]
-                retried = (f", {o.grasp_retries} grasp retries ({o.grasp_stall_retries} "
-                           "stalled)" if o.grasp_retries else "")
+                retried = f", {o.grasp_retries} grasp retries" if o.grasp_retries else ""
                 print(f"[{i + 1}/{episodes}] seed {o.seed} {o.target}: {_result(o)} "
                       f"({o.episode_time_s:.1f} s, '{o.instruction}'{retried})", flush=True)
     return {**summarize(outcomes), "grasp_retry": retry is not None}, outcomes

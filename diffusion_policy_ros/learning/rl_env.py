@@ -18,7 +18,7 @@ starts that share of episodes with another object's instruction and replaces it
 with the episode's own after ``SWITCH_AFTER_S`` (the ``dpr eval --instructions
 switch`` protocol), so the policy learns to drop an old target. ``depth_noise`` turns
 on the simulated Kinect's time-of-flight noise. ``grasp_retry`` applies
-``policy_node``'s re-opening of a gripper closed on nothing or stalled (``policy.grasp_retry``)
+``policy_node``'s re-opening of a gripper closed on nothing (``policy.grasp_retry``)
 to each action before it is executed, so the policy is trained inside the system it
 is deployed in; ``info["grasp_retries"]`` counts the episode's re-openings.
 
@@ -36,8 +36,7 @@ import gymnasium as gym
 import numpy as np
 
 from diffusion_policy_ros.config import param
-from diffusion_policy_ros.policy.grasp_retry import GraspRetry, GraspRetryConfig
-from diffusion_policy_ros.policy.kinematics import packaged_tool_position
+from diffusion_policy_ros.policy.grasp_retry import EmptyGraspRetry, GraspRetryConfig
 from diffusion_policy_ros.sim.env import GraspEnv
 from diffusion_policy_ros.sim.runtime import seed_task
 from diffusion_policy_ros.sim.scene import JOINT_NAMES
@@ -104,8 +103,7 @@ class GraspRlEnv(gym.Env):
         self.env = GraspEnv(config)
         self.reward_config = reward or RewardConfig()
         self.switch_probability = float(switch_probability)
-        self.grasp_retry = (GraspRetry(grasp_retry, packaged_tool_position(),
-                                       chunk_dt_s=config.chunk_dt_s)
+        self.grasp_retry = (EmptyGraspRetry(grasp_retry)
                             if grasp_retry is not None and grasp_retry.enabled else None)
         self._retries_before = 0  # grasp_retry.retries_total when the episode began
         self._next_seed = int(seed_start)
@@ -160,7 +158,7 @@ class GraspRlEnv(gym.Env):
         runtime = self.env.runtime
         action = np.asarray(action, np.float64)
         if self.grasp_retry is not None:  # on the observation the action answers
-            action = self.grasp_retry.apply(action, self._obs["joint_positions"],
+            action = self.grasp_retry.apply(action, self._obs["joint_positions"][-1],
                                             runtime.time_s)
         obs, _, terminated, truncated, info = self.env.step(action)
         state = info["task"]

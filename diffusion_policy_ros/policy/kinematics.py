@@ -19,8 +19,6 @@ import torch
 import transforms3d
 from torch import nn
 
-from diffusion_policy_ros.description import ARM_JOINT_NAMES, TOOL_LINK, URDF_PATH
-
 CHAIN_KEYS = ("origin_rotation", "origin_position_m", "joint_position_m", "joint_axis",
               "tool_rotation", "tool_position_m")
 
@@ -158,10 +156,3 @@ def urdf_kinematics(urdf: str | Path, joint_names: Sequence[str],
     kinematics = SerialChainKinematics(len(joint_names)).double()
     kinematics.set_chain(urdf_chain(urdf, joint_names, tip_link))
     return kinematics
-
-
-def packaged_tool_position():
-    """The packaged arm's tool centre point (m, base frame) as a function of its six
-    joint angles (rad): what ``policy_node`` computes from its default ``urdf_file`` and
-    ``tool_link``, for the in-process loops that mirror the node."""
-    return urdf_kinematics(URDF_PATH, ARM_JOINT_NAMES, TOOL_LINK).tool_positions

@@ -92,9 +92,8 @@ class PolicyNodeConfig:
     tool_link: str = param("tcp", "URDF link drawn as the end effector in policy/markers")
     diagnostics_period_s: float = param(1.0, "Period of /diagnostics (s)", low=0.05, high=60.0)
     grasp_retry_enabled: bool = param(
-        _RETRY.enabled, "Re-open a gripper that closed on nothing or stalled on an object's "
-        "edges (policy/grasp_retry.py): the policy grasps again from there",
-        name="grasp_retry.enabled")
+        _RETRY.enabled, "Re-open a gripper that closed on nothing (policy/grasp_retry.py): "
+        "the policy grasps again from there", name="grasp_retry.enabled")
     grasp_retry_empty_below_m: float = param(
         _RETRY.empty_below_m, "A measured opening below this holds nothing (below the "
         "narrowest object the robot grasps) (m)", low=0.001, high=0.2,
@@ -111,41 +110,11 @@ class PolicyNodeConfig:
     grasp_retry_max_retries: int = param(
         _RETRY.max_retries, "Re-openings per task (instruction); then the policy's commands "
         "stand", low=0, high=100, name="grasp_retry.max_retries")
-    grasp_retry_stalled_below_m: float = param(
-        _RETRY.stalled_below_m, "Openings from empty_below_m up to this are part-closed; one "
-        "that holds still with the tool low is a stalled grasp (m)", low=0.001, high=0.2,
-        name="grasp_retry.stalled_below_m")
-    grasp_retry_stalled_for_s: float = param(
-        _RETRY.stalled_for_s, "Part-closed and still this long, the tool low -> re-open (s)",
-        low=0.0, high=30.0, name="grasp_retry.stalled_for_s")
-    grasp_retry_stall_tolerance_m: float = param(
-        _RETRY.stall_tolerance_m, "Movement of the opening that still counts as holding "
-        "still (m)", low=0.0, high=0.05, name="grasp_retry.stall_tolerance_m")
-    grasp_retry_stalled_tool_below_m: float = param(
-        _RETRY.stalled_tool_below_m, "Tool centre point height in the arm's base frame "
-        "(forward kinematics of urdf_file to tool_link) under which a held object still rests "
-        "on the table, so re-opening drops nothing (m)", low=-2.0, high=2.0,
-        name="grasp_retry.stalled_tool_below_m")
-    grasp_retry_max_stall_retries: int = param(
-        _RETRY.max_stall_retries, "Re-openings of a stalled grasp per task (0: off)", low=0,
-        high=100, name="grasp_retry.max_stall_retries")
-    grasp_retry_stall_lift_m: float = param(
-        _RETRY.stall_lift_m, "While a stalled grasp is re-opened the tool is raised this far "
-        "from where it stalled, so the policy grasps again from above (m; 0: not raised)",
-        low=0.0, high=0.2, name="grasp_retry.stall_lift_m")
-    grasp_retry_stall_lift_speed_m_s: float = param(
-        _RETRY.stall_lift_speed_m_s, "How fast the tool is raised then (m/s)", low=0.01,
-        high=1.0, name="grasp_retry.stall_lift_speed_m_s")
 
     def grasp_retry(self) -> GraspRetryConfig:
-        return GraspRetryConfig(
-            self.grasp_retry_enabled, self.grasp_retry_empty_below_m,
-            self.grasp_retry_empty_for_s, self.grasp_retry_open_for_s,
-            self.grasp_retry_open_to_m, self.grasp_retry_max_retries,
-            self.grasp_retry_stalled_below_m, self.grasp_retry_stalled_for_s,
-            self.grasp_retry_stall_tolerance_m, self.grasp_retry_stalled_tool_below_m,
-            self.grasp_retry_max_stall_retries, self.grasp_retry_stall_lift_m,
-            self.grasp_retry_stall_lift_speed_m_s)
+        return GraspRetryConfig(self.grasp_retry_enabled, self.grasp_retry_empty_below_m,
+                                self.grasp_retry_empty_for_s, self.grasp_retry_open_for_s,
+                                self.grasp_retry_open_to_m, self.grasp_retry_max_retries)
 
     @property
     def action_joint_names(self) -> list[str]:

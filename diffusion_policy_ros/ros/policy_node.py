@@ -34,11 +34,9 @@ reason, without an instruction, with observations or joint_states older than
 at the node's clock (inputs stamped earlier are dropped) and a chunk still
 computing from older frames is discarded (``discarded_after_restart``): after a
 simulated reset the first chunks see only the new episode, padded from its first
-frame as in training. A gripper that closed on nothing, or stalled part-closed on an
-object still on the table (the tool's height from the URDF's forward kinematics; the
-tool is then also raised a little), is re-opened for a moment (``grasp_retry.*``,
-``policy.grasp_retry.GraspRetry``; counted in ``grasp_retries_total``, the stalled ones
-also in ``grasp_stall_retries_total``), so the policy grasps again.
+frame as in training. A gripper that closed on nothing is re-opened for a moment
+(``grasp_retry.*``, ``policy.grasp_retry.EmptyGraspRetry``; counted in
+``grasp_retries_total``), so the policy grasps again.
 
 Threading: inference runs on the node's own worker thread, never on the executor's:
 the frame callbacks and the ``rate_hz`` timer (its own callback group; with
@@ -90,7 +88,7 @@ from diffusion_policy_ros.perception.frame_schedule import FrameRateSchedule
 from diffusion_policy_ros.perception.image_decoding import FrameRejected, decode_color
 from diffusion_policy_ros.policy.checkpoint import CheckpointError
 from diffusion_policy_ros.policy.devices import DeviceUnavailableError
-from diffusion_policy_ros.policy.grasp_retry import GraspRetry
+from diffusion_policy_ros.policy.grasp_retry import EmptyGraspRetry
 from diffusion_policy_ros.policy.kinematics import urdf_kinematics
 from diffusion_policy_ros.policy.language import normalize_instruction
 from diffusion_policy_ros.policy.node_config import PolicyNodeConfig
@@ -173,7 +171,7 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
                             else None)
         self._last_tick_mark_ns: int | None = None  # node clock
         self.discarded_after_restart = 0
-        self.grasp_retry = GraspRetry(cfg.grasp_retry())
+        self.grasp_retry = EmptyGraspRetry(cfg.grasp_retry())
         self._noise = None  # noise_stream of the current task when `seed` >= 0
         self._noise_generation = -1
         self._retry_generation = -1  # the history generation grasp_retry's task belongs to
@@ -267,11 +265,7 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
         self._times_from_start = [duration_msg(k * c.action_dt_s) for k in range(c.horizon)]
         self.history.keep_s = max(self.history.keep_s,
                                   (c.n_obs_steps - 1) * c.action_dt_s + cfg.max_obs_age_s + 0.5)
-        retry = self.grasp_retry.config
-        stall_retry = retry.enabled and retry.max_stall_retries > 0
-        self._fk = self._load_fk() if cfg.publish_markers or stall_retry else None
-        self.grasp_retry.tool_position = self._fk.tool_positions if self._fk else None
-        self.grasp_retry.chunk_dt_s = c.action_dt_s
+        self._fk = self._load_fk() if cfg.publish_markers else None
         self._warmup_ms = warmup
         self._first_chunk_ms = None
         self._error = ""
@@ -289,9 +283,8 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
         cfg = self.config
         try:
             return urdf_kinematics(cfg.urdf_file or URDF_PATH, cfg.joint_names, cfg.tool_link)
-        except Exception as exc:  # noqa: BLE001 - markers and the stall retry are optional
-            self.get_logger().warning(f"policy/markers and the stalled-grasp retry disabled: "
-                                      f"cannot read the arm's "
+        except Exception as exc:  # noqa: BLE001 - markers are optional
+            self.get_logger().warning(f"policy/markers disabled: cannot read the arm's "
                                       f"kinematics from '{cfg.urdf_file or URDF_PATH}' "
                                       f"({type(exc).__name__}: {exc})")
             return None
@@ -511,7 +504,7 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
         if self._retry_generation != generation:
             self.grasp_retry.restart()
             self._retry_generation = generation
-        chunk = self.grasp_retry.apply(chunk, selection.observations[-1]["joint_positions"],
+        chunk = self.grasp_retry.apply(chunk, selection.observations[-1]["joint_positions"][-1],
                                        selection.stamp_ns * 1e-9)
         stamp = ns_to_stamp(selection.stamp_ns)
         msg = JointTrajectory(joint_names=self.joint_names)
@@ -519,8 +512,7 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
         msg.points = [JointTrajectoryPoint(positions=row.tolist(), time_from_start=t)
                       for row, t in zip(chunk, self._times_from_start, strict=True)]
         self.publishing.publish(self.chunk_pub, msg)
-        if self._fk is not None and self.config.publish_markers and \
-                self.marker_pub.get_subscription_count() > 0:
+        if self._fk is not None and self.marker_pub.get_subscription_count() > 0:
             self.publishing.publish(self.marker_pub, self._markers(chunk, stamp))
 
         self._refusal = None
@@ -619,7 +611,6 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
             "history_restarts": str(h.generation),
             "discarded_after_restart": str(self.discarded_after_restart),
             "grasp_retries_total": str(self.grasp_retry.retries_total),
-            "grasp_stall_retries_total": str(self.grasp_retry.stall_retries_total),
             "first_chunk_ms": (f"{self._first_chunk_ms:.2f}" if self._first_chunk_ms is not None
                                else ""),
             "warmup_ms": ", ".join(f"{w:.1f}" for w in self._warmup_ms),

@@ -25,12 +25,12 @@ from pathlib import Path
 import mujoco
 import numpy as np
 
-from diffusion_policy_ros.description import ARM_JOINT_NAMES
 from diffusion_policy_ros.sim.layout import sample_object_layout
 
 ASSETS_DIR = Path(__file__).resolve().parent / "assets"
 MJCF_PATH = ASSETS_DIR / "arm.xml"
 
+ARM_JOINT_NAMES = ("joint_1", "joint_2", "joint_3", "joint_4", "joint_5", "joint_6")
 GRIPPER_JOINT_NAME = "gripper_joint"
 #: Order of ``joint_states`` and of the 7 positions of an action-chunk point.
 JOINT_NAMES = ARM_JOINT_NAMES + (GRIPPER_JOINT_NAME,)

@@ -76,12 +76,3 @@ def test_a_gripper_closed_on_nothing_is_reopened_and_the_object_lifted():
     once, as policy_node does by default, it lifts the cylinder."""
     (outcome,) = evaluate(SHIPPED_CHECKPOINT, episodes=1, seed=5187, progress=False)[1]
     assert outcome.grasp_retries == 1 and outcome.success, outcome
-    assert outcome.grasp_stall_retries == 0
-
-
-def test_a_cube_held_across_its_corners_is_reopened_and_lifted():
-    """Seed 5160: the fingers stop on two corners of the blue cube (70 mm) and the policy
-    drags it along the table until the time limit (the committed report with the empty
-    grasp retry alone); re-opened once after 1.5 s stalled, it grasps again and lifts."""
-    (outcome,) = evaluate(SHIPPED_CHECKPOINT, episodes=1, seed=5160, progress=False)[1]
-    assert outcome.grasp_stall_retries == 1 and outcome.success, outcome
