@@ -152,14 +152,17 @@ class PixelRays:
 
     ``rows``/``cols`` index the image, ``rays`` is ``(n, 3)`` float32 so that
     ``camera_to_base.translation + z * rays[i]`` is the point seen at pixel i
-    with optical-axis depth z. With a workspace, only pixels whose ray can hit
-    the box (by the box's projection onto the normalized image plane) are kept.
+    with optical-axis depth z. With a workspace, only pixels whose ray crosses the
+    box are kept, and ``z_range_m[i]`` is the depth interval over which ray i is
+    inside it (the intersection of its three slabs), so ``inside(z)`` selects the
+    in-box pixels of a frame by two comparisons per pixel, before any point is made.
     """
 
     rows: np.ndarray
     cols: np.ndarray
     rays: np.ndarray
     origin: np.ndarray
+    z_range_m: np.ndarray | None = None
 
     @classmethod
     def build(cls, camera: CameraModel, camera_to_base: RigidTransform, stride: int,
@@ -167,30 +170,47 @@ class PixelRays:
         v, u = np.mgrid[0: camera.height: stride, 0: camera.width: stride]
         rows, cols = v.ravel(), u.ravel()
         xy = undistorted_normalized(camera, cols, rows)
-        if workspace is not None:
-            keep = _rays_towards_box(xy, camera_to_base, workspace)
-            rows, cols, xy = rows[keep], cols[keep], xy[keep]
         rays_cam = np.concatenate([xy, np.ones((xy.shape[0], 1))], axis=1)
         rays = (rays_cam @ camera_to_base.rotation.T).astype(np.float32)
-        return cls(rows.astype(np.intp), cols.astype(np.intp), rays,
-                   camera_to_base.translation.astype(np.float32))
+        origin = camera_to_base.translation.astype(np.float32)
+        z_range = None
+        if workspace is not None:
+            z_range = _depths_inside_box(rays, origin, workspace)
+            keep = z_range[:, 0] <= z_range[:, 1]
+            rows, cols, rays, z_range = rows[keep], cols[keep], rays[keep], z_range[keep]
+        return cls(rows.astype(np.intp), cols.astype(np.intp), rays, origin, z_range)
 
     def points(self, z_m: np.ndarray, index: np.ndarray) -> np.ndarray:
         """``(n, 3)`` float32 points in ``base_link`` for depths ``z_m`` at pixels ``index``."""
         return z_m[:, None] * self.rays[index] + self.origin
 
+    def inside(self, z_m: np.ndarray) -> np.ndarray:
+        """Mask of the pixels whose depth ``z_m`` (NaN: none) puts their point in the box."""
+        with np.errstate(invalid="ignore"):
+            return (z_m >= self.z_range_m[:, 0]) & (z_m <= self.z_range_m[:, 1])
 
-def _rays_towards_box(xy: np.ndarray, camera_to_base: RigidTransform,
-                      workspace: Workspace) -> np.ndarray:
-    """Mask of normalized coordinates inside the box's projected bounding rectangle.
 
-    Conservative (a superset of the pixels that see the box). If a box corner
-    is at or behind the camera plane the projection is unbounded, so every
-    pixel is kept.
+def _depths_inside_box(rays: np.ndarray, origin: np.ndarray,
+                       workspace: Workspace) -> np.ndarray:
+    """``(n, 2)`` [near, far] optical-axis depths (m, float64) over which
+    ``origin + z * rays[i]`` lies in the box; near > far where it never does.
+
+    Per axis the point is inside for z between (lo - o) / d and (hi - o) / d; a ray
+    parallel to an axis's faces is inside for every z or none.
     """
-    corners_cam = camera_to_base.inverse().apply(workspace.corners())
-    if np.any(corners_cam[:, 2] <= 1e-6):
-        return np.ones(xy.shape[0], dtype=bool)
-    proj = corners_cam[:, :2] / corners_cam[:, 2:3]
-    lo, hi = proj.min(axis=0), proj.max(axis=0)
-    return np.all((xy >= lo) & (xy <= hi), axis=1)
+    d = rays.astype(np.float64)
+    o = origin.astype(np.float64)
+    near = np.zeros(d.shape[0])
+    far = np.full(d.shape[0], np.inf)
+    for axis in range(3):
+        da = d[:, axis]
+        lo = workspace.min_xyz[axis] - o[axis]
+        hi = workspace.max_xyz[axis] - o[axis]
+        moving = np.abs(da) > 1e-12
+        with np.errstate(divide="ignore", invalid="ignore"):
+            a, b = lo / da, hi / da
+        near = np.where(moving, np.maximum(near, np.minimum(a, b)), near)
+        far = np.where(moving, np.minimum(far, np.maximum(a, b)), far)
+        if not lo <= 0.0 <= hi:  # the origin is outside this slab: parallel rays miss it
+            far = np.where(moving, far, -np.inf)
+    return np.stack([near, far], axis=1)

@@ -183,10 +183,9 @@ class RgbdObservationPipeline:
         rays = self._roi_rays
         z = depth_to_metres(depth_px[rays.rows, rays.cols], units_per_m,
                             self.config.min_depth_m, self.config.max_depth_m)
-        valid = np.flatnonzero(~np.isnan(z))
-        points = rays.points(z[valid], valid)
-        inside = self.workspace.contains(points)
-        points, pixel_index = points[inside], valid[inside]
+        num_valid = int(np.count_nonzero(~np.isnan(z)))
+        pixel_index = np.flatnonzero(rays.inside(z))
+        points = rays.points(z[pixel_index], pixel_index)
         t2 = time.perf_counter()
         if points.shape[0] == 0:
             raise FrameRejected("empty_workspace", "no valid depth inside the workspace box "
@@ -203,7 +202,7 @@ class RgbdObservationPipeline:
         return Observation(
             image_rgb=image, points=np.ascontiguousarray(points[sel]), colors=colors,
             num_valid=int(kept.size), num_padded=padded,
-            invalid_depth_fraction=1.0 - valid.size / max(1, z.size),
+            invalid_depth_fraction=1.0 - num_valid / max(1, z.size),
             stage_times_s={"decode": t1 - t0, "backproject_crop": t2 - t1,
                            "downsample": t3 - t2, "image": t4 - t3, "total": t4 - t0})
 

@@ -77,6 +77,29 @@ def test_pixel_rays_equal_transformed_back_projection_and_roi_keeps_every_worksp
     roi_pixels = set(zip(roi.rows.tolist(), roi.cols.tolist(), strict=True))
     assert in_box_full and in_box_full <= roi_pixels
 
+    # inside(z): the pixels whose point is in the box, by depth intervals alone
+    z = depth[roi.rows, roi.cols].copy()
+    z[::7] = np.nan  # no return
+    inside = roi.inside(z)
+    index = np.arange(z.size)
+    with np.errstate(invalid="ignore"):
+        expected = box.contains(roi.points(z, index)) & ~np.isnan(z)
+    np.testing.assert_array_equal(inside, expected)
+    assert inside.any() and not inside.all()
+
+
+def test_depth_intervals_are_the_ray_box_crossings():
+    """A camera looking straight down from above the box's centre: the centre ray is in
+    the box between the top and bottom faces; a ray that misses the box is dropped."""
+    tf = RigidTransform.from_xyz_quat_xyzw([0.5, 0.0, 1.0], [1.0, 0.0, 0.0, 0.0])  # z down
+    cam = CameraModel(3, 3, (1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0))
+    box = Workspace(np.array([0.3, -0.2, 0.1]), np.array([0.7, 0.2, 0.4]))
+    roi = PixelRays.build(cam, tf, stride=1, workspace=box)
+    centre = [(r, c) for r, c in zip(roi.rows, roi.cols, strict=True)].index((1, 1))
+    np.testing.assert_allclose(roi.z_range_m[centre], [0.6, 0.9], atol=1e-6)
+    # the corner rays (45 degrees) leave the 0.2 m half-width box above its top face
+    assert (0, 0) not in set(zip(roi.rows.tolist(), roi.cols.tolist(), strict=True))
+
 
 @pytest.mark.parametrize("k", [(0.0,) * 9, (np.nan,) + (1.0,) * 8, (-5.0, 0, 1, 0, 5, 1, 0, 0, 1)])
 def test_uncalibrated_intrinsics_are_rejected(k):
