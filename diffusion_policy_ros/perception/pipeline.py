@@ -58,8 +58,9 @@ class RgbdSyncConfig:
         [-0.653281, -0.653281, 0.270598, 0.270598],
         "Camera optical frame orientation in base_link as quaternion [x, y, z, w]",
         low=-1.0, high=1.0, name="camera_to_base.rotation_xyzw")
-    workspace_min: list = param([0.15, -0.45, 0.005], "Workspace box minimum [x, y, z] in "
-                                "base_link (m)", low=-100.0, high=100.0)
+    workspace_min: list = param([0.15, -0.45, 0.012], "Workspace box minimum [x, y, z] in "
+                                "base_link (m); z clear of the table top's depth noise",
+                                low=-100.0, high=100.0)
     workspace_max: list = param([0.85, 0.45, 0.50], "Workspace box maximum [x, y, z] in "
                                 "base_link (m)", low=-100.0, high=100.0)
     voxel_size_m: float = param(0.01, "Voxel edge for downsampling (m)", low=0.001, high=0.2)

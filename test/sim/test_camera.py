@@ -4,8 +4,9 @@ import mujoco
 import numpy as np
 import pytest
 
-from diffusion_policy_ros.perception.geometry import RigidTransform, depth_to_points
+from diffusion_policy_ros.perception.geometry import RigidTransform, Workspace, depth_to_points
 from diffusion_policy_ros.perception.image_decoding import decode_color, decode_depth
+from diffusion_policy_ros.perception.pipeline import RgbdSyncConfig
 from diffusion_policy_ros.sim.camera import (
     HD_RESOLUTION,
     DepthNoise,
@@ -184,6 +185,28 @@ def test_depth_noise_is_off_by_default_and_seeded(scene):
     assert 0.001 < np.std(z[both] - z0[both]) < 0.01
     dropped = np.mean((z == 0) & (z0 > 0))
     assert noise.dropout_prob <= dropped < 0.05
+
+
+def test_depth_noise_does_not_lift_the_table_into_the_shipped_workspace(scene, camera):
+    """The workspace floor must clear the time-of-flight noise on the table top: table
+    points in the cloud outvote an object whose top face the gripper hides from the
+    grounding's colour softmax (docs/rl.md, "Depth noise and the table")."""
+    sync = RgbdSyncConfig()
+    floor = sync.workspace()
+    lowered = Workspace(floor.min_xyz - np.float32([0.0, 0.0, 0.007]), floor.max_xyz)
+    table = scene.model.geom("table_top").id
+    seg = camera.render_segmentation(scene.data).ravel()
+    inside = inside_lowered = 0
+    with KinectCamera(scene.model, depth_noise=DepthNoise(), seed=11) as noisy:
+        for _ in range(10):
+            _, depth = noisy.render(scene.data)
+            z = decode_depth(depth, min_depth_m=sync.min_depth_m)
+            points = sync.camera_to_base().apply(depth_to_points(z, noisy.camera_model))
+            on_table = points[(seg == table) & np.isfinite(points[:, 2])]
+            inside += int(floor.contains(on_table).sum())
+            inside_lowered += int(lowered.contains(on_table).sum())
+    assert inside == 0
+    assert inside_lowered > 1000  # a floor 7 mm lower lets the noisy table in
 
 
 def test_set_camera_pose_moves_the_optical_frame(scene):
