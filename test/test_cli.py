@@ -25,6 +25,8 @@ from diffusion_policy_ros.cli import build_parser, main
                                   ["replay", "--bag", "b", "--publish", "--rate", "2.0",
                                    "--no-clock", "--topics", "joint_states", "instruction"],
                                   ["sync-demo", "--seconds", "1"],
+                                  ["table-floor", "--bag", "b", "--frames", "5",
+                                   "--leak-per-frame", "0.1", "--report", "r"],
                                   ["finetune", "--out", "o", "--num-envs", "2", "--resume"],
                                   ["bench", "gae", "--repeats", "2"],
                                   ["bench", "rollouts", "--envs", "1"],

@@ -24,12 +24,13 @@ from diffusion_policy_ros.cli import (
     prune,
     replay,
     sync_demo,
+    table_floor,
     train,
 )
 from diffusion_policy_ros.errors import InputError, RunStopped
 
 COMMANDS = (collect, train, distill, prune, finetune, export, evaluate, replay, passthrough,
-            bench, bringup, sync_demo)
+            bench, bringup, sync_demo, table_floor)
 INPUT_ERRORS = (InputError, ValueError, FileExistsError, FileNotFoundError)
 
 

@@ -25,6 +25,7 @@ from rosbags.rosbag2 import CompressionFormat, CompressionMode, Reader, StorageP
 
 from diffusion_policy_ros.errors import InputError
 from diffusion_policy_ros.learning import bag_messages as bm
+from diffusion_policy_ros.perception.geometry import CameraModel
 from diffusion_policy_ros.perception.image_decoding import FrameRejected, RawImage
 from diffusion_policy_ros.perception.pipeline import RgbdObservationPipeline, RgbdSyncConfig
 from diffusion_policy_ros.perception.sync_buffer import RgbdSyncBuffer
@@ -167,6 +168,36 @@ def bag_topics(path: str | Path) -> list[str]:
         return sorted({c.topic.lstrip("/") for c in reader.connections})
     finally:
         reader.close()
+
+
+def read_depth_frames(path: str | Path, max_frames: int | None = None
+                      ) -> list[tuple[CameraModel, RawImage]]:
+    """The recorded depth images (``camera/depth_to_rgb/image_raw``), each with the
+    latest ``camera/rgb/camera_info`` before it, in bag order; up to ``max_frames``.
+    Other topics are not deserialised. ``BagError`` for a bag without them."""
+    path = Path(path)
+    reader = open_bag(path)
+    try:
+        wanted = [c for c in reader.connections
+                  if c.topic.lstrip("/") in (TOPIC_DEPTH, TOPIC_CAMERA_INFO)]
+        camera, frames = None, []
+        for conn, _, raw in reader.messages(connections=wanted):
+            try:
+                msg = bm.deserialize(raw, conn.msgtype)
+            except Exception as exc:
+                raise BagError(f"{path}: corrupt or truncated bag: {exc}") from exc
+            if conn.topic.lstrip("/") == TOPIC_CAMERA_INFO:
+                camera = bm.camera_model(msg)
+            elif camera is not None:
+                frames.append((camera, bm.raw_image(msg)))
+                if max_frames is not None and len(frames) >= max_frames:
+                    break
+    finally:
+        reader.close()
+    if not frames:
+        raise BagError(f"{path}: no {TOPIC_DEPTH} frame after a {TOPIC_CAMERA_INFO} (record "
+                       f"both, e.g. dpr collect --raw-camera or ros2 bag record)")
+    return frames
 
 
 @dataclasses.dataclass(frozen=True)
