@@ -29,7 +29,7 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     from diffusion_policy_ros.config import CONFIG_DIR, load_config
     from diffusion_policy_ros.learning.episode_bag import read_depth_frames
-    from diffusion_policy_ros.perception.image_decoding import decode_depth
+    from diffusion_policy_ros.perception.image_decoding import FrameRejected, decode_depth
     from diffusion_policy_ros.perception.pipeline import RgbdSyncConfig
     from diffusion_policy_ros.perception.table_floor import (
         estimate_table_floor,
@@ -39,18 +39,27 @@ def run(args: argparse.Namespace) -> int:
 
     if args.frames < 1:
         raise ValueError(f"--frames must be at least 1, got {args.frames}")
+    if not 0.0 < args.leak_per_frame < 1.0:
+        raise ValueError(f"--leak-per-frame must be in (0, 1), got {args.leak_per_frame}")
     config = load_config(RgbdSyncConfig, Path(args.config or CONFIG_DIR / "rgbd_sync.yaml"),
                          "rgbd_sync_node")
     workspace, camera_to_base = config.workspace(), config.camera_to_base()
     frames = read_depth_frames(args.bag, args.frames)
     if len({(camera.width, camera.height) for camera, _ in frames}) > 1:
         raise ValueError(f"{args.bag}: the depth frames change size; record one camera mode")
-    heights = np.stack([table_heights_m(decode_depth(depth, config.min_depth_m,
-                                                     config.max_depth_m),
-                                        camera, camera_to_base, workspace)
-                        for camera, depth in frames])
-    if not 0.0 < args.leak_per_frame < 1.0:
-        raise ValueError(f"--leak-per-frame must be in (0, 1), got {args.leak_per_frame}")
+    rows, rejected = [], []
+    for camera, depth in frames:
+        try:
+            depth_m = decode_depth(depth, config.min_depth_m, config.max_depth_m)
+        except FrameRejected as exc:
+            rejected.append(str(exc))
+            continue
+        rows.append(table_heights_m(depth_m, camera, camera_to_base, workspace))
+    if rejected:
+        print(f"skipped {len(rejected)} of {len(frames)} depth frames: {rejected[0]}")
+    if not rows:
+        raise ValueError(f"{args.bag}: no usable depth frame ({rejected[0]})")
+    heights = np.stack(rows)
     table = estimate_table_floor(heights, leak_per_frame=args.leak_per_frame)
     floor_z = float(config.workspace_min[2])
     leaking = table_pixels_above(heights, table, floor_z)

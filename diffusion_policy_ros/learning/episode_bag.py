@@ -181,7 +181,7 @@ def read_depth_frames(path: str | Path, max_frames: int | None = None
         wanted = [c for c in reader.connections
                   if c.topic.lstrip("/") in (TOPIC_DEPTH, TOPIC_CAMERA_INFO)]
         camera, frames = None, []
-        for conn, _, raw in reader.messages(connections=wanted):
+        for conn, _, raw in reader.messages(connections=wanted) if wanted else ():
             try:
                 msg = bm.deserialize(raw, conn.msgtype)
             except Exception as exc:

@@ -1,5 +1,6 @@
 """The table top's height and depth noise, and the workspace floor they ask for."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -133,3 +134,14 @@ def test_dpr_table_floor_without_depth_frames_is_one_line_and_exit_2(tmp_path, c
         writer.instruction(0, "pick up the red cube")
     assert main(["table-floor", "--bag", str(bag)]) == 2
     assert "no camera/depth_to_rgb/image_raw frame" in capsys.readouterr().err
+
+
+def test_dpr_table_floor_with_a_corrupt_depth_frame_is_one_line_and_exit_2(tmp_path, capsys):
+    _, frames = _noisy_frames(1, 0.0)
+    bad = dataclasses.replace(frames[0], data=frames[0].data[:100])  # truncated payload
+    bag = tmp_path / "corrupt"
+    with EpisodeBagWriter(bag, raw_camera=True) as writer:
+        writer.raw_camera_frame(0, _blank_color(), bad, KINECT_NFOV)
+    assert main(["table-floor", "--bag", str(bag)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dpr table-floor:") and len(err.strip().splitlines()) == 1
