@@ -29,6 +29,7 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     from diffusion_policy_ros.config import CONFIG_DIR, load_config
     from diffusion_policy_ros.learning.episode_bag import read_depth_frames
+    from diffusion_policy_ros.perception.geometry import CameraModel, PixelRays
     from diffusion_policy_ros.perception.image_decoding import FrameRejected, decode_depth
     from diffusion_policy_ros.perception.pipeline import RgbdSyncConfig
     from diffusion_policy_ros.perception.table_floor import (
@@ -47,14 +48,22 @@ def run(args: argparse.Namespace) -> int:
     frames = read_depth_frames(args.bag, args.frames)
     if len({(camera.width, camera.height) for camera, _ in frames}) > 1:
         raise ValueError(f"{args.bag}: the depth frames change size; record one camera mode")
+    rays: dict[CameraModel, PixelRays] = {}
     rows, rejected = [], []
     for camera, depth in frames:
         try:
+            if camera not in rays:
+                camera.validate()
+                rays[camera] = PixelRays.build(camera, camera_to_base, stride=1)
             depth_m = decode_depth(depth, config.min_depth_m, config.max_depth_m)
+            if depth_m.shape != (camera.height, camera.width):
+                raise FrameRejected("size_mismatch", f"depth image {depth_m.shape[1]}x"
+                                    f"{depth_m.shape[0]} but camera_info "
+                                    f"{camera.width}x{camera.height}")
         except FrameRejected as exc:
             rejected.append(str(exc))
             continue
-        rows.append(table_heights_m(depth_m, camera, camera_to_base, workspace))
+        rows.append(table_heights_m(depth_m, rays[camera], workspace))
     if rejected:
         print(f"skipped {len(rejected)} of {len(frames)} depth frames: {rejected[0]}")
     if not rows:

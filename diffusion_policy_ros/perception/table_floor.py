@@ -22,12 +22,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from diffusion_policy_ros.perception.geometry import (
-    CameraModel,
-    RigidTransform,
-    Workspace,
-    depth_to_points,
-)
+from diffusion_policy_ros.perception.geometry import PixelRays, Workspace
 
 #: Table pixels per frame the recommended floor may let through, for Gaussian noise of
 #: the measured spread: one pixel in a hundred frames.
@@ -46,13 +41,17 @@ class TableFloor:
     table_z_m: float
     noise_sigma_m: float
     frames: int
-    #: Pixels classed as the table top (each seen in at least half of the frames).
-    table_pixels: int
     #: Heights above the table top of its pixels: p99, p99.9, p99.99 and the highest (m).
     above_table_m: dict[str, float]
     leak_per_frame: float
-    #: The table pixels (indices into a ``table_heights_m`` row).
+    #: The table pixels (indices into a ``table_heights_m`` row), each seen in at least
+    #: half of the frames.
     pixel_index: np.ndarray = dataclasses.field(repr=False, compare=False)
+
+    @property
+    def table_pixels(self) -> int:
+        """How many pixels are the table top."""
+        return int(self.pixel_index.size)
 
     @property
     def recommended_sigmas(self) -> float:
@@ -68,16 +67,19 @@ class TableFloor:
                                     self.above_table_m["max"], MIN_CLEARANCE_M)
 
 
-def table_heights_m(depth_m: np.ndarray, camera: CameraModel, camera_to_base: RigidTransform,
-                    workspace: Workspace) -> np.ndarray:
-    """(H * W,) float32 base-frame z (m) of each pixel, NaN where there is no return
-    (depth NaN or 0) or the point lies outside the workspace's x-y extent."""
-    z = np.where(np.isfinite(depth_m), depth_m, 0.0).astype(np.float64)
-    points = camera_to_base.apply(depth_to_points(z, camera).reshape(-1, 3))
+def table_heights_m(depth_m: np.ndarray, rays: PixelRays, workspace: Workspace) -> np.ndarray:
+    """(len(rays.rows),) float32 base-frame z (m) of each of ``rays``' pixels, NaN where
+    there is no return (depth NaN or 0) or the point lies outside the workspace's x-y
+    extent. ``rays``: ``PixelRays.build(camera, camera_to_base, stride=1)``, built once
+    per camera_info (the undistortion is the costly part)."""
+    z = depth_m[rays.rows, rays.cols].astype(np.float32)
+    index = np.flatnonzero(np.isfinite(z) & (z > 0.0))
+    points = rays.points(z[index], index)
     lo, hi = workspace.min_xyz, workspace.max_xyz
-    keep = (z.reshape(-1) > 0.0) & np.all((points[:, :2] >= lo[:2]) &
-                                          (points[:, :2] <= hi[:2]), axis=1)
-    return np.where(keep, points[:, 2], np.nan).astype(np.float32)
+    inside_xy = np.all((points[:, :2] >= lo[:2]) & (points[:, :2] <= hi[:2]), axis=1)
+    heights = np.full(z.shape, np.nan, dtype=np.float32)
+    heights[index[inside_xy]] = points[inside_xy, 2]
+    return heights
 
 
 def _table_pixels(heights: np.ndarray, table_band_m: float, bin_m: float) -> np.ndarray:
@@ -112,7 +114,6 @@ def estimate_table_floor(heights: np.ndarray,
     sigma = float(np.std(above))
     percentiles = np.percentile(above, [99.0, 99.9, 99.99])
     return TableFloor(table_z_m=table_z, noise_sigma_m=sigma, frames=heights.shape[0],
-                      table_pixels=int(table.size),
                       above_table_m={"p99": float(percentiles[0]), "p99.9": float(percentiles[1]),
                                      "p99.99": float(percentiles[2]), "max": float(above.max())},
                       leak_per_frame=leak_per_frame, pixel_index=table)

@@ -8,7 +8,7 @@ import pytest
 
 from diffusion_policy_ros.cli import main
 from diffusion_policy_ros.learning.episode_bag import EpisodeBagWriter
-from diffusion_policy_ros.perception.geometry import Workspace
+from diffusion_policy_ros.perception.geometry import PixelRays, Workspace
 from diffusion_policy_ros.perception.image_decoding import decode_depth
 from diffusion_policy_ros.perception.pipeline import RgbdSyncConfig
 from diffusion_policy_ros.perception.synthetic_scene import (
@@ -23,6 +23,7 @@ from diffusion_policy_ros.perception.table_floor import (
 )
 
 CONFIG = RgbdSyncConfig()
+RAYS = PixelRays.build(KINECT_NFOV, CONFIG.camera_to_base(), stride=1)
 TABLE_Z_M = 0.0
 
 
@@ -39,8 +40,7 @@ def _noisy_frames(n: int, sigma_m: float, seed: int = 0) -> tuple[SyntheticKinec
 
 
 def _heights(frames) -> np.ndarray:
-    return np.stack([table_heights_m(decode_depth(f), KINECT_NFOV, CONFIG.camera_to_base(),
-                                     CONFIG.workspace()) for f in frames])
+    return np.stack([table_heights_m(decode_depth(f), RAYS, CONFIG.workspace()) for f in frames])
 
 
 def test_pixels_outside_the_workspace_or_without_a_return_have_no_height():
@@ -48,7 +48,7 @@ def test_pixels_outside_the_workspace_or_without_a_return_have_no_height():
     depth = kinect.depth_m.copy()
     depth[:10] = np.nan
     depth[10:20] = 0.0
-    heights = table_heights_m(depth, KINECT_NFOV, CONFIG.camera_to_base(), CONFIG.workspace())
+    heights = table_heights_m(depth, RAYS, CONFIG.workspace())
     rows = heights.reshape(depth.shape)
     assert np.all(np.isnan(rows[:20]))
     finite = heights[np.isfinite(heights)]
@@ -67,8 +67,7 @@ def test_table_height_and_noise_match_the_known_table_pixels():
     truth = truth[np.isfinite(truth)]
     assert table.table_z_m == pytest.approx(TABLE_Z_M, abs=5e-4)
     assert table.noise_sigma_m == pytest.approx(float(np.std(truth)), rel=0.1)
-    clean = table_heights_m(kinect.depth_m, KINECT_NFOV, CONFIG.camera_to_base(),
-                            CONFIG.workspace())
+    clean = table_heights_m(kinect.depth_m, RAYS, CONFIG.workspace())
     assert np.sum(clean > 0.1) > 1000  # the box's top is in view, and it is not the table
     assert np.nanmax(clean[table.pixel_index]) < 0.004  # (NaN: at the x-y edge, clean)
     # The recommendation clears every table pixel seen; a floor inside the noise does not.
@@ -100,7 +99,7 @@ def test_a_camera_without_noise_still_gets_a_floor_above_the_table():
 def test_no_pixel_inside_the_workspace_is_a_clear_error():
     _, frames = _noisy_frames(1, 0.0)
     far = Workspace(np.float32([5.0, 5.0, 0.0]), np.float32([6.0, 6.0, 1.0]))
-    heights = table_heights_m(decode_depth(frames[0]), KINECT_NFOV, CONFIG.camera_to_base(), far)
+    heights = table_heights_m(decode_depth(frames[0]), RAYS, far)
     with pytest.raises(ValueError, match="workspace"):
         estimate_table_floor(heights[None])
 
