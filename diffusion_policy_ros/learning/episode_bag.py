@@ -176,24 +176,14 @@ def read_depth_frames(path: str | Path, max_frames: int | None = None
     latest ``camera/rgb/camera_info`` before it, in bag order; up to ``max_frames``.
     Other topics are not deserialised. ``BagError`` for a bag without them."""
     path = Path(path)
-    reader = open_bag(path)
-    try:
-        wanted = [c for c in reader.connections
-                  if c.topic.lstrip("/") in (TOPIC_DEPTH, TOPIC_CAMERA_INFO)]
-        camera, frames = None, []
-        for conn, _, raw in reader.messages(connections=wanted) if wanted else ():
-            try:
-                msg = bm.deserialize(raw, conn.msgtype)
-            except Exception as exc:
-                raise BagError(f"{path}: corrupt or truncated bag: {exc}") from exc
-            if conn.topic.lstrip("/") == TOPIC_CAMERA_INFO:
-                camera = bm.camera_model(msg)
-            elif camera is not None:
-                frames.append((camera, bm.raw_image(msg)))
-                if max_frames is not None and len(frames) >= max_frames:
-                    break
-    finally:
-        reader.close()
+    camera, frames = None, []
+    for topic, _, msg in _messages(path, (TOPIC_DEPTH, TOPIC_CAMERA_INFO)):
+        if topic == TOPIC_CAMERA_INFO:
+            camera = bm.camera_model(msg)
+        elif camera is not None:
+            frames.append((camera, bm.raw_image(msg)))
+            if max_frames is not None and len(frames) >= max_frames:
+                break
     if not frames:
         raise BagError(f"{path}: no {TOPIC_DEPTH} frame after a {TOPIC_CAMERA_INFO} (record "
                        f"both, e.g. dpr collect --raw-camera or ros2 bag record)")
@@ -230,24 +220,34 @@ def replay_plan(topics) -> ReplayPlan:
                    f"{TOPIC_IMAGE} + {TOPIC_POINTS} (topics: {sorted(names)})")
 
 
-def _read_messages(path: Path) -> dict[str, list[tuple[int, object]]]:
+def _messages(path: Path, topics=None):
+    """(topic without a leading "/", bag time ns, message) in bag order, of ``topics``
+    only when given (the others are not deserialised); ``BagError`` for unknown types
+    and for a corrupt or truncated bag."""
     reader = open_bag(path)
-    by_topic: dict[str, list[tuple[int, object]]] = {}
     try:
-        for conn, t_ns, raw in reader.messages():
+        # `ros2 bag record` stores fully qualified names (/joint_states).
+        wanted = [c for c in reader.connections
+                  if topics is None or c.topic.lstrip("/") in topics]
+        for conn, t_ns, raw in reader.messages(connections=wanted) if wanted else ():
             try:
                 msg = bm.deserialize(raw, conn.msgtype)
             except KeyError as exc:
                 raise BagError(f"{path}: topic {conn.topic} has unknown message type "
                                f"{conn.msgtype}") from exc
-            # `ros2 bag record` stores fully qualified names (/joint_states).
-            by_topic.setdefault(conn.topic.lstrip("/"), []).append((int(t_ns), msg))
+            yield conn.topic.lstrip("/"), int(t_ns), msg
     except BagError:
         raise
     except Exception as exc:
         raise BagError(f"{path}: corrupt or truncated bag: {exc}") from exc
     finally:
         reader.close()
+
+
+def _read_messages(path: Path) -> dict[str, list[tuple[int, object]]]:
+    by_topic: dict[str, list[tuple[int, object]]] = {}
+    for topic, t_ns, msg in _messages(path):
+        by_topic.setdefault(topic, []).append((t_ns, msg))
     return by_topic
 
 
