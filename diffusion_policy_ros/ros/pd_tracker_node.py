@@ -54,6 +54,7 @@ from diffusion_policy_ros.ros.realtime import (
     PeriodicThread,
     request_fifo_priority,
 )
+from diffusion_policy_ros.ros.sim_clock import ClockThread
 
 
 def chunk_from_msg(msg: JointTrajectory) -> ActionChunk:
@@ -114,7 +115,10 @@ class PdTrackerNode(LeanEventsMixin, Node):
         # Before anything can fail: destroy_node reads them.
         self.loop: PeriodicThread | MessageDrivenThread | None = None
         self.joint_states: WaitedSubscription | None = None
+        self.clock_thread: ClockThread | None = None
         super().__init__("pd_tracker_node", **kwargs)
+        # Before the executor's thread takes SCHED_FIFO below, which threads inherit.
+        self.clock_thread = ClockThread(self)
         self.config: PdTrackerConfig = declare_config(self, PdTrackerConfig)
         cfg = self.config
         self.tracker = PdTracker(cfg)
@@ -206,6 +210,8 @@ class PdTrackerNode(LeanEventsMixin, Node):
     def destroy_node(self) -> None:
         if self.loop is not None:
             self.loop.stop()
+        if self.clock_thread is not None:
+            self.clock_thread.stop()
         if self.joint_states is not None:
             self.joint_states.destroy()
         super().destroy_node()

@@ -108,6 +108,7 @@ from diffusion_policy_ros.ros.params import declare_config
 from diffusion_policy_ros.ros.polled import PolledSubscription
 from diffusion_policy_ros.ros.publish_guard import PublishGuard
 from diffusion_policy_ros.ros.realtime import request_niceness
+from diffusion_policy_ros.ros.sim_clock import ClockThread
 
 #: Runner stages reported on /diagnostics (``PolicyRunner.last_timings_ms`` keys).
 STAGES = ("language", "rgb_encoder", "point_encoder", "grounding", "tool_target",
@@ -135,6 +136,7 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
         if cfg.niceness and problem:
             self.get_logger().warning(f"niceness: {problem}; running as started "
                                       f"({self.scheduling}): chunks share the CPU evenly")
+        self.clock_thread = ClockThread(self)
         self.joint_names = cfg.action_joint_names
         self.history = ObservationHistory(self.joint_names, keep_s=cfg.max_obs_age_s + 1.0)
         self.refusals = ThrottledReasons(period_s=2.0)
@@ -648,6 +650,9 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
                 self._closing = True
                 self._work.notify()
             worker.join(timeout=10.0)
+        clock_thread = getattr(self, "clock_thread", None)
+        if clock_thread is not None:
+            clock_thread.stop()
         return super().destroy_node()
 
 

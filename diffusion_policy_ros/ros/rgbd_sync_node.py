@@ -35,6 +35,7 @@ from diffusion_policy_ros.ros.lean_events import LeanEventsMixin
 from diffusion_policy_ros.ros.node_main import run_node
 from diffusion_policy_ros.ros.params import declare_config
 from diffusion_policy_ros.ros.publish_guard import PublishGuard
+from diffusion_policy_ros.ros.sim_clock import ClockThread
 
 CAMERA_TOPICS = ("camera/rgb/image_raw", "camera/depth_to_rgb/image_raw", "camera/rgb/camera_info")
 
@@ -44,6 +45,7 @@ class RgbdSyncNode(LeanEventsMixin, Node):
         super().__init__("rgbd_sync_node", **kwargs)
         self.config: RgbdSyncConfig = declare_config(self, RgbdSyncConfig)
         cfg = self.config
+        self.clock_thread = ClockThread(self)
         self.pipeline = RgbdObservationPipeline(cfg)
         self.buffer = RgbdSyncBuffer(cfg.max_skew_s, cfg.max_age_s, cfg.buffer_capacity,
                                      cfg.clock_jump_s)
@@ -200,6 +202,12 @@ class RgbdSyncNode(LeanEventsMixin, Node):
         msg = DiagnosticArray(status=[status])
         msg.header.stamp = self.get_clock().now().to_msg()
         self.publishing.publish(self.diag_pub, msg)
+
+    def destroy_node(self):
+        clock_thread = getattr(self, "clock_thread", None)  # absent: invalid parameters
+        if clock_thread is not None:
+            clock_thread.stop()
+        return super().destroy_node()
 
 
 def main(args=None) -> None:

@@ -40,7 +40,9 @@ time), so rates are exact in sim time and bursty at the callback scale.
 Stamps. With ``publish_clock`` every stamp is the sim clock: episode time plus
 an offset that makes it continuous and increasing across resets (a reset
 takes one physics step; it never starts at 0, which ROS reads as "unset"), and
-``/clock`` is published after each batch. Without it, stamps are the node's ROS
+``/clock`` is published after each batch; on ``use_sim_time`` the node's own ROS
+clock is set from each ``/clock`` it publishes, not read back over DDS
+(``ros.sim_clock``). Without it, stamps are the node's ROS
 clock, spread over the batch as if each step had happened at its real-time
 pace (step k of n: now - (n - 1 - k) * dt / real_time_factor), and increasing.
 
@@ -91,6 +93,7 @@ from rclpy.clock import Clock, ClockType
 from rclpy.event_handler import SubscriptionEventCallbacks
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.time import Time
 from rosgraph_msgs.msg import Clock as ClockMsg
 from sensor_msgs.msg import CameraInfo, Image, JointState
 from std_msgs.msg import Float64MultiArray, Header, String
@@ -111,6 +114,7 @@ from diffusion_policy_ros.ros.params import declare_config
 from diffusion_policy_ros.ros.polled import PolledSubscription, WaitedSubscription
 from diffusion_policy_ros.ros.publish_guard import PublishGuard
 from diffusion_policy_ros.ros.realtime import GIL_SWITCH_INTERVAL_S, MessageDrivenThread
+from diffusion_policy_ros.ros.sim_clock import ClockThread, drop_time_source_subscription
 from diffusion_policy_ros.sim.camera import RgbdFrame
 from diffusion_policy_ros.sim.lockstep import CommandVerdict, LockstepHandshake, TurnVerdict
 from diffusion_policy_ros.sim.render_thread import RenderThread
@@ -251,6 +255,12 @@ class SimNode(LeanEventsMixin, Node):
         # Reliable depth 1 matches rclpy's / rclcpp's best-effort /clock subscriptions too.
         self.clock_pub = (self.create_publisher(ClockMsg, "/clock", QoSProfile(depth=1))
                           if cfg.publish_clock else None)
+        # On sim time the node's own clock follows what it publishes, set here rather than
+        # read back over DDS; following another source's /clock takes a thread.
+        self.clock_thread: ClockThread | None = None
+        self._sets_own_clock = cfg.publish_clock and drop_time_source_subscription(self)
+        if not cfg.publish_clock:
+            self.clock_thread = ClockThread(self)
         # Best effort: in the lockstep a lost command is asked for again (lockstep_resend_s);
         # a reliable reader would hold that answer back until DDS repaired the lost one.
         # It accepts every publisher's QoS, so it needs no incompatible-QoS report.
@@ -318,7 +328,10 @@ class SimNode(LeanEventsMixin, Node):
         if not force and now < self._next_clock_s - 1e-9:
             return
         self._next_clock_s = now + self._clock_period_s
-        self.publishing.publish(self.clock_pub, ClockMsg(clock=self._stamp()))
+        msg = ClockMsg(clock=self._stamp())
+        self.publishing.publish(self.clock_pub, msg)
+        if self._sets_own_clock:
+            self.get_clock().set_ros_time_override(Time.from_msg(msg.clock))
 
     # -- episodes -----------------------------------------------------------------------------
 
@@ -496,7 +509,7 @@ class SimNode(LeanEventsMixin, Node):
 
     def _lockstep_active(self) -> bool:
         return (self._lockstep_configured() and not self.lockstep.free_running
-                and self.count_publishers("arm_controller/commands") > 0)
+                and self.commands.subscription.get_publisher_count() > 0)
 
     def _wait_s(self) -> float:
         """How long the physics thread may sleep before its next turn (wall s)."""
@@ -717,6 +730,9 @@ class SimNode(LeanEventsMixin, Node):
         runtime = getattr(self, "runtime", None)
         if runtime is not None:
             runtime.close()
+        clock_thread = getattr(self, "clock_thread", None)
+        if clock_thread is not None:
+            clock_thread.stop()
         return super().destroy_node()
 
 

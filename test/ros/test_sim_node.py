@@ -346,6 +346,8 @@ def test_sim_clock_runs_at_real_time_factor_and_episodes_auto_reset(ros, start_n
     assert response.success and response.message == "running"
     ros.spin_until(lambda: len(h.clock) > 10 and len(h.joint_states) > 10, 30.0,
                    lambda: "/clock:\n" + node.log())
+    # The clock source sets its own ROS clock: this harness is /clock's only reader.
+    assert ros.node.count_subscribers("/clock") == 1
 
     ratios = []
     for _ in range(3):  # a busy machine may stall one window

@@ -31,6 +31,7 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.time import Time
 from rosgraph_msgs.msg import Clock
 from std_msgs.msg import String
 from std_srvs.srv import SetBool, Trigger
@@ -41,6 +42,7 @@ from diffusion_policy_ros.ros.bringup.statistics import OUTCOMES, finite_or_none
 from diffusion_policy_ros.ros.conversions import stamp_to_ns
 from diffusion_policy_ros.ros.dds_profiles import namespace_ros_args, use_package_dds_profiles
 from diffusion_policy_ros.ros.lean_events import LeanNode
+from diffusion_policy_ros.ros.sim_clock import drop_time_source_subscription
 
 #: The package's nodes in a grasp graph (each reports on /diagnostics).
 GRAPH_NODES = ("sim_node", "rgbd_sync_node", "policy_node", "pd_tracker_node")
@@ -110,6 +112,8 @@ class GraspCommander:
         self.node.create_subscription(JointTrajectory, "policy/action_chunk", self._on_chunk,
                                       QoSProfile(depth=10))
         if use_sim_time:
+            # One /clock reader: this one also sets the node's clock (ros.sim_clock).
+            drop_time_source_subscription(self.node)
             self.node.create_subscription(
                 Clock, "/clock", self._on_clock,
                 QoSProfile(depth=10, reliability=ReliabilityPolicy.BEST_EFFORT))
@@ -141,6 +145,7 @@ class GraspCommander:
     # -- callbacks --------------------------------------------------------------------------
 
     def _on_clock(self, msg: Clock, info) -> None:
+        self.node.get_clock().set_ros_time_override(Time.from_msg(msg.clock))
         if info["source_timestamp"] > 0:  # 0: a middleware that does not stamp samples
             self._sim_to_wall.add(stamp_to_ns(msg.clock), info["source_timestamp"])
             if self._unresolved:
