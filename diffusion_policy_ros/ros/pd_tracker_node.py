@@ -305,6 +305,7 @@ class PdTrackerNode(LeanEventsMixin, Node):
             status.message = f"loop at {rate:.0f} Hz, below {self.config.rate_hz:.0f} Hz"
         else:
             status.level, status.message = DiagnosticStatus.OK, mode
+        self.clock_thread.report(status)
         values = {
             "mode": mode,
             "scheduling": self.scheduling,

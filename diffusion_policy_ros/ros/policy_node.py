@@ -586,6 +586,7 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
             status.message = f"chunks at {rate:.1f} Hz, below {cfg.rate_hz:g} Hz"
         else:
             status.level, status.message = DiagnosticStatus.OK, "acting"
+        self.clock_thread.report(status)
         runner = self.runner
         h = self.history
         pending_images, pending_points = h.pending

@@ -176,6 +176,7 @@ class RgbdSyncNode(LeanEventsMixin, Node):
             status.level, status.message = DiagnosticStatus.WARN, "dropping or padding frames"
         else:
             status.level, status.message = DiagnosticStatus.OK, "ok"
+        self.clock_thread.report(status)
         self._window_drops = 0
         obs = self.last_observation
         values = {

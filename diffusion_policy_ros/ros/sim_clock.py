@@ -18,6 +18,7 @@ reads ``/clock`` for its own purpose. Setting ``use_sim_time`` at run time stays
 
 from __future__ import annotations
 
+from diagnostic_msgs.msg import DiagnosticStatus
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rclpy.time import Time
@@ -61,6 +62,21 @@ class ClockThread:
 
     def _on_clock(self, msg: Clock) -> None:
         self._clock.set_ros_time_override(Time.from_msg(msg.clock))
+
+    @property
+    def problem(self) -> str:
+        """'' while the thread follows ``/clock`` (or the node is not on sim time); else
+        why it stopped."""
+        failure = self._thread.failure if self._thread is not None else None
+        if failure is None:
+            return ""
+        return (f"/clock no longer followed ({type(failure).__name__}: {failure}): this "
+                f"node's clock stands still")
+
+    def report(self, status: DiagnosticStatus) -> None:
+        """Turn the node's health report into an ERROR saying so once the thread stopped."""
+        if problem := self.problem:
+            status.level, status.message = DiagnosticStatus.ERROR, problem
 
     def stop(self) -> None:
         if self._thread is not None:

@@ -680,6 +680,8 @@ class SimNode(LeanEventsMixin, Node):
             status.level, status.message = DiagnosticStatus.OK, "no arm commands yet: holding"
         else:
             status.level, status.message = DiagnosticStatus.OK, f"episode {report['status']}"
+        if self.clock_thread is not None:
+            self.clock_thread.report(status)
         command_age = "nan" if self._last_command_s is None else f"{sim - self._last_command_s:.4f}"
         values = {
             **{_EPISODE_KEYS.get(k, f"episode_{k}"): v if isinstance(v, str) else json.dumps(v)

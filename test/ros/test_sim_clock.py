@@ -1,6 +1,7 @@
 """A node's ROS clock on /clock through a thread of its own, not its executor (real DDS)."""
 
 import rclpy
+from diagnostic_msgs.msg import DiagnosticStatus
 from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile
 from rosgraph_msgs.msg import Clock
@@ -73,4 +74,29 @@ def test_a_node_that_sets_its_own_clock_reads_no_clock(ros):
         ros.spin_for(0.2)
         assert clock.now().nanoseconds == 0  # nothing reads /clock for it
     finally:
+        node.destroy_node()
+
+
+def test_a_stopped_clock_thread_makes_the_health_report_an_error(ros):
+    node = _sim_time_node(ros, "clock_follower_failing")
+    follower = ClockThread(node)
+    try:
+        status = DiagnosticStatus(level=DiagnosticStatus.OK, message="ok")
+        follower.report(status)
+        assert follower.problem == "" and status.level == DiagnosticStatus.OK
+
+        def fail(_msg):
+            raise ValueError("a clock that cannot be set")
+
+        follower._thread._on_message = fail
+        pub = ros.node.create_publisher(Clock, "/clock", QoSProfile(depth=1))
+        ros.spin_until(lambda: pub.get_subscription_count() >= 1, 10.0, "the /clock reader")
+        ros.spin_until(lambda: pub.publish(_clock_msg(1_000_000_000)) or follower.problem,
+                       10.0, "the thread to stop")
+        follower.report(status)
+        assert status.level == DiagnosticStatus.ERROR
+        assert "ValueError: a clock that cannot be set" in status.message
+        assert "stands still" in status.message
+    finally:
+        follower.stop()
         node.destroy_node()
