@@ -55,11 +55,10 @@ def run(args: argparse.Namespace) -> int:
             if camera not in rays:
                 camera.validate()
                 rays[camera] = PixelRays.build(camera, camera_to_base, stride=1)
+            if (depth.height, depth.width) != (camera.height, camera.width):
+                raise FrameRejected("size_mismatch", f"depth image {depth.width}x{depth.height}"
+                                    f" but camera_info {camera.width}x{camera.height}")
             depth_m = decode_depth(depth, config.min_depth_m, config.max_depth_m)
-            if depth_m.shape != (camera.height, camera.width):
-                raise FrameRejected("size_mismatch", f"depth image {depth_m.shape[1]}x"
-                                    f"{depth_m.shape[0]} but camera_info "
-                                    f"{camera.width}x{camera.height}")
         except FrameRejected as exc:
             rejected.append(str(exc))
             continue
