@@ -13,7 +13,8 @@ One iteration = rollouts, then the update:
    on fresh seeds is logged apart). Each new frame is encoded once and its features
    kept while it is in the To history. Samples go to a preallocated
    ``RolloutBuffer`` that is reused across iterations.
-2. **Update** (``PpoLearner``, ``learning/ppo_update.py``, which imports no simulator): GAE
+2. **Update** (``PpoLearner``, ``learning/ppo_update.py``, which imports no simulator) on
+   ``update_threads`` (the rollout workers are idle meanwhile): GAE
    (gamma, lambda) over the whole buffer at once, advantages
    normalised (over every rank), then ``epochs`` x ``minibatches`` steps of the clipped
    surrogate + ``kl_weight`` x KL to the starting policy + ``value_weight`` x the value
@@ -24,7 +25,8 @@ Two stages, as in the seed: first the encoders and fusion are frozen and the con
 of each observation is computed once at rollout time and stored (the update runs the
 denoiser and the critic only); from ``frozen_iterations`` on the joint stage stores the
 raw observation history and trains encoders and fusion as well (``encoder_lr``), through
-gradient checkpointing of the observation encoding.
+gradient checkpointing of the observation encoding; the KL reference then keeps frame
+features of its own, each frame encoded once as the policy's.
 
 Under ``torchrun`` every process runs its own envs (their episode seeds interleave) and
 DistributedDataParallel averages the gradients (gloo on the CPU, nccl on CUDA, hccl
@@ -41,6 +43,7 @@ import dataclasses
 import functools
 import json
 import math
+import os
 import time
 from pathlib import Path
 
@@ -259,6 +262,7 @@ class RolloutCollector:
         seeds = [self._next_seed(i) for i in range(n)]
         obs, _ = self.envs.reset(seed=seeds)
         features = [None] * n  # per env: deque of To frame-feature dicts
+        ref_features = [None] * n  # the same of the reference (joint stage)
         frames = [None] * n  # per env: deque of To raw observations
         instruction = [None] * n
         steps = np.zeros(n, dtype=np.int64)
@@ -275,21 +279,27 @@ class RolloutCollector:
                 language = self._embed([obs["instruction"][i] for i in idx])
                 with autocast_context(device, self.precision):
                     new = self._encode(ac.policy, obs, idx, language)
+                    # The joint stage trains the policy's encoders away from the
+                    # reference's, whose frames are then encoded (once each) too.
+                    ref_new = self._encode(self.reference, obs, idx, language) if joint else None
                 for j, i in enumerate(idx):
                     frame = {k: v[j:j + 1] for k, v in new.items()}
+                    ref_frame = ({k: v[j:j + 1] for k, v in ref_new.items()} if joint
+                                 else None)
                     raw = {k: obs[k][i] for k in ("image", "points", "point_colors",
                                                   "joint_positions")}
                     text = str(obs["instruction"][i])
                     if features[i] is None or text != instruction[i]:
                         # A new episode or instruction: a fresh history, as policy_node.
                         features[i] = collections.deque([frame] * to, maxlen=to)
+                        ref_features[i] = collections.deque([ref_frame] * to, maxlen=to)
                         frames[i] = collections.deque([raw] * to, maxlen=to)
                         instruction[i] = text
                     else:
                         features[i].append(frame)
+                        ref_features[i].append(ref_frame)
                         frames[i].append(raw)
-                history = {k: torch.stack([torch.cat([f[k] for f in features[i]]) for i in idx])
-                           for k in new}
+                history = _stack_history(features, idx)
                 state = torch.from_numpy(np.stack([np.stack([f["joint_positions"]
                                                              for f in frames[i]])
                                                    for i in idx])).float().to(device)
@@ -301,7 +311,8 @@ class RolloutCollector:
                     raw_batch = None
                     if joint:
                         raw_batch = self._raw_batch(frames, idx, language, state)
-                        ref_cond = self.reference.encode_observation(raw_batch)
+                        ref_cond, _ = self.reference.condition_from_frames(
+                            _stack_history(ref_features, idx), language, state)
                     else:
                         ref_cond = cond
                     ref_mean = self.reference.denoise(ref_cond, noises.transpose(0, 1)).float()
@@ -375,6 +386,23 @@ class RolloutCollector:
                 STATE: state, LANGUAGE: language}
 
 
+def _stack_history(features: list, idx: np.ndarray) -> dict[str, torch.Tensor]:
+    """(len(idx), To, ...) per feature key from each env's deque of To frame features."""
+    keys = features[idx[0]][0].keys()
+    return {k: torch.stack([torch.cat([f[k] for f in features[i]]) for i in idx])
+            for k in keys}
+
+
+def update_thread_count(config: FinetuneConfig) -> int:
+    """Threads of the PPO update: ``update_threads``, or this machine's cores shared
+    among its ranks (``LOCAL_WORLD_SIZE``, torchrun's), since every rank's rollout
+    workers wait while it runs."""
+    if config.update_threads:
+        return config.update_threads
+    ranks_here = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    return max(1, len(os.sched_getaffinity(0)) // max(1, ranks_here))
+
+
 def _episode_figures(episodes: list[EpisodeRecord], world: int) -> dict[str, float]:
     """Success, wrong-object rate, return and reward terms per episode, over all ranks."""
     fresh = [e for e in episodes if not e.replayed]
@@ -435,6 +463,7 @@ def finetune(init: str | Path, config: FinetuneConfig, out: str | Path, resume: 
     if config.num_threads:
         torch.set_num_threads(config.num_threads)
     precision = _precision(config.precision, device)
+    update_threads = update_thread_count(config)
     if d.world > 1:
         dist.barrier()
     resuming = resume and (out / STATE_JSON).exists()
@@ -502,7 +531,12 @@ def finetune(init: str | Path, config: FinetuneConfig, out: str | Path, resume: 
                         f"({type(exc).__name__}: {exc}); resume with --resume from the last "
                         "checkpoint") from exc
                 t1 = time.monotonic()
-                stats = learner.update(buffer, std, train_policy, joint)
+                rollout_threads = torch.get_num_threads()
+                torch.set_num_threads(update_threads)
+                try:
+                    stats = learner.update(buffer, std, train_policy, joint)
+                finally:
+                    torch.set_num_threads(rollout_threads)
                 t2 = time.monotonic()
                 iteration += 1
                 figures = _episode_figures(episodes, d.world)

@@ -84,6 +84,9 @@ class FinetuneConfig:
     device: str = param("auto", "auto | cpu | cuda | npu", choices=("auto", "cpu", "cuda", "npu"))
     num_threads: int = param(1, "torch intra-op threads of the learner; 0 = torch's default",
                              low=0, high=256)
+    update_threads: int = param(0, "torch intra-op threads of the PPO update, during which "
+                                "the rollout workers wait; 0 = this machine's cores shared "
+                                "among its ranks", low=0, high=256)
     max_minutes: float = param(0.0, "Stop after the iteration that passes this wall time "
                                "(checkpoint written); 0 = no limit", low=0.0, high=1e6)
 

@@ -88,6 +88,53 @@ def test_the_joint_stage_trains_the_encoders_through_checkpointing(tiny_checkpoi
     assert {"denoiser", "fusion"} <= moved
 
 
+def test_the_update_takes_the_cores_the_ranks_on_this_machine_share(monkeypatch):
+    cores = len(os.sched_getaffinity(0))
+    assert ft.update_thread_count(dataclasses.replace(SMALL, update_threads=3)) == 3
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    assert ft.update_thread_count(SMALL) == cores
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(2 * cores))
+    assert ft.update_thread_count(SMALL) == 1
+
+
+def test_the_joint_stage_reference_condition_is_that_of_its_whole_history(tiny_checkpoint):
+    """The KL reference keeps one encoding per frame in the joint stage: the same chunk
+    as encoding each stored history whole, while the policy's encoders differ from it."""
+    from diffusion_policy_ros.learning.ppo_policy import DiffusionActorCritic, ValueNetwork
+    from diffusion_policy_ros.policy.features import (
+        IMAGE,
+        LANGUAGE,
+        POINTS_RGB,
+        POINTS_XYZ,
+        STATE,
+    )
+    from diffusion_policy_ros.sim.scene import JOINT_NAMES
+
+    policy, _ = load_checkpoint(tiny_checkpoint, joint_names=list(JOINT_NAMES))
+    reference, _ = load_checkpoint(tiny_checkpoint)
+    with torch.no_grad():
+        for w in policy.rgb_encoder.parameters():
+            w.add_(0.05)
+    c = policy.config
+    ac = DiffusionActorCritic(policy, ValueNetwork(c.cond_dim, c.state_dim, 16, 0.3))
+    collector = ft.RolloutCollector(ac, reference, SMALL, torch.device("cpu"), "fp32", 0, 1)
+    try:
+        buffer, _ = collector.collect(0.03, joint=True)
+    finally:
+        collector.close()
+    data, valid = buffer.data, buffer.valid
+    assert int(valid.sum()) >= 2 * SMALL.steps_per_env
+    batch = {IMAGE: data["image"][valid], POINTS_XYZ: data["points"][valid],
+             POINTS_RGB: data["colors"][valid], STATE: data["state"][valid],
+             LANGUAGE: data["language"][valid]}
+    with torch.no_grad():
+        whole = reference.denoise(reference.encode_observation(batch),
+                                  data["noises"][valid].transpose(0, 1))
+        policy_chunk = ac.mean_chunk(policy.encode_observation(batch), data["noises"][valid])
+    assert torch.allclose(data["ref_mean"][valid], whole.float(), atol=1e-5)
+    assert not torch.allclose(policy_chunk.float(), whole.float(), atol=1e-3)
+
+
 def test_a_non_finite_observation_stops_the_iteration_naming_the_seed(tiny_checkpoint,
                                                                       tmp_path, monkeypatch):
     from diffusion_policy_ros.sim.env import GraspEnv
