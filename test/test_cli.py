@@ -28,6 +28,8 @@ from diffusion_policy_ros.cli import build_parser, main
                                   ["table-floor", "--bag", "b", "--frames", "5",
                                    "--leak-per-frame", "0.1", "--report", "r"],
                                   ["finetune", "--out", "o", "--num-envs", "2", "--resume"],
+                                  ["finetune", "--out", "o", "--frozen-iterations", "6",
+                                   "--update-threads", "2"],
                                   ["bench", "gae", "--repeats", "2"],
                                   ["bench", "rollouts", "--envs", "1"],
                                   ["bringup", "--sim", "--episodes", "2", "--instruction",
@@ -80,3 +82,18 @@ def test_a_corrupt_checkpoint_is_one_line_and_exit_2_in_every_command(command, t
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"dpr {command[0]}: ") and "not valid JSON" in err
     assert len(err.splitlines()) == 1
+
+
+def test_finetune_stage_and_thread_options_reach_its_config(monkeypatch, tmp_path):
+    from diffusion_policy_ros.learning import finetune as ft
+
+    seen = {}
+
+    def fake_finetune(init, config, out, resume=False):
+        seen["config"] = config
+        return tmp_path
+
+    monkeypatch.setattr(ft, "finetune", fake_finetune)
+    assert main(["finetune", "--out", str(tmp_path / "run"), "--frozen-iterations", "6",
+                 "--update-threads", "2"]) == 0
+    assert (seen["config"].frozen_iterations, seen["config"].update_threads) == (6, 2)

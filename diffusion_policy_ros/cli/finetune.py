@@ -27,7 +27,12 @@ def add_parser(sub) -> None:
     tune.add_argument("--replay-probability", type=float, help="share of episodes drawn "
                       "from those failures (default 0.5 with --replay-failures)")
     tune.add_argument("--max-minutes", type=float)
-    tune.add_argument("--threads", type=int, help="torch intra-op threads of the learner")
+    tune.add_argument("--frozen-iterations", type=int, help="iterations with the encoders "
+                      "frozen; the joint stage (encoders and fusion trained too) follows")
+    tune.add_argument("--threads", type=int, help="torch intra-op threads of the learner's "
+                      "rollouts")
+    tune.add_argument("--update-threads", type=int, help="torch intra-op threads of the "
+                      "update (0: the machine's cores shared among its ranks)")
     tune.add_argument("--device", choices=["auto", "cpu", "cuda", "npu"])
     tune.add_argument("--resume", action="store_true", help="continue the run in --out from "
                       "its last checkpoint, exactly")
@@ -41,6 +46,8 @@ def run(args: argparse.Namespace) -> int:
     overrides = {"iterations": args.iterations, "num_envs": args.num_envs,
                  "steps_per_env": args.steps_per_env, "max_minutes": args.max_minutes,
                  "device": args.device, "num_threads": args.threads,
+                 "update_threads": args.update_threads,
+                 "frozen_iterations": args.frozen_iterations,
                  "depth_noise": True if args.depth_noise else None,
                  "switch_probability": args.switch_probability,
                  "replay_report": args.replay_failures,
