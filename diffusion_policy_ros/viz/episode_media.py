@@ -88,10 +88,16 @@ def draw_frame(frame: MediaFrame, projector: PathProjector | None,
 
 def write_gif(frames: Sequence[MediaFrame], path: str | Path, projector: PathProjector | None,
               fps: float = 10.0, max_width: int = 480) -> Path:
-    """Animated GIF (loops; the last frame held for 1 s)."""
+    """Animated GIF (loops; the last frame held for 1 s).
+
+    Each frame gets its own octree palette: PIL's default (median cut) spends its 256
+    colours on the large table and floor and turns the small objects, whose colours
+    the instructions name, grey or pink; the octree keeps them and is faster.
+    """
     if not frames:
         raise ValueError("no frames to write")
-    pictures = [draw_frame(f, projector, max_width) for f in frames]
+    pictures = [draw_frame(f, projector, max_width).quantize(256, Image.Quantize.FASTOCTREE)
+                for f in frames]
     duration_ms = max(20, round(1000.0 / fps))
     durations = [duration_ms] * (len(pictures) - 1) + [1000]
     path = Path(path)

@@ -56,3 +56,21 @@ def test_gif_has_one_picture_per_frame_with_the_path_drawn(tmp_path):
 def test_no_frames_is_an_error(tmp_path):
     with pytest.raises(ValueError, match="no frames"):
         write_gif([], tmp_path / "x.gif", None)
+
+
+def test_gif_keeps_the_colour_of_a_small_object_on_a_large_shaded_table(tmp_path):
+    """A palette spent on the table's shades alone would turn the small objects, whose
+    colours the instructions name, into table colours."""
+    from diffusion_policy_ros.viz.episode_media import MediaFrame
+
+    rows, cols = np.mgrid[0:360, 0:640]
+    frame = np.stack([150 + cols * 60 // 640, 110 + rows * 60 // 360,
+                      70 + (rows + cols) * 40 // 1000], axis=-1).astype(np.uint8)
+    purple = np.array([150, 40, 170], np.uint8)
+    frame[200:210, 300:308] = purple  # about a can's top at the camera's distance
+    path = write_gif([MediaFrame(0.0, frame)], tmp_path / "one.gif", None)
+    with Image.open(path) as gif:
+        back = np.asarray(gif.convert("RGB")).astype(int)
+    # 640 -> 480 wide: the patch is at (150:157, 225:231) in the GIF; its centre pixel
+    centre = back[153, 228]
+    assert np.abs(centre - purple.astype(int)).max() <= 24, centre.tolist()
