@@ -51,6 +51,17 @@ def test_eval_over_ros_refuses_what_it_cannot_do(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
+def test_eval_over_ros_passes_the_policy_options_to_policy_node():
+    from diffusion_policy_ros.cli.evaluate import _policy_params
+
+    args = build_parser().parse_args(["eval", "--ros", "--backend", "aotinductor",
+                                      "--samples", "4", "--grasp-retry", "off"])
+    assert _policy_params(args) == ["backend:=aotinductor", "precision:=fp32", "num_samples:=4",
+                                    "grasp_retry.enabled:=false"]
+    assert _policy_params(build_parser().parse_args(["eval", "--precision", "bf16"])) == [
+        "backend:=torch", "precision:=bf16"]
+
+
 def test_collect_recovery_without_a_checkpoint_is_a_clear_error(tmp_path, capsys):
     assert main(["collect", "--episodes", "1", "--out", str(tmp_path / "out"),
                  "--recover-from", str(tmp_path / "missing")]) == 2

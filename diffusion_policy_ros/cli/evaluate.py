@@ -30,6 +30,9 @@ def add_parser(sub) -> None:
                             default="torch", help="runtime (onnxruntime / aotinductor: the "
                             "graphs dpr export [--format aotinductor] wrote into "
                             "CHECKPOINT/onnx or CHECKPOINT/aot)")
+    evaluation.add_argument("--precision", choices=["fp32", "fp16", "bf16"], default="fp32",
+                            help="autocast precision of the torch backend (as policy_node's "
+                            "precision parameter)")
     evaluation.add_argument("--depth-noise", action="store_true", help="turn on the simulated "
                             "Kinect's time-of-flight depth noise and dropouts (robustness)")
     evaluation.add_argument("--noise", choices=("stream", "fixed", "fresh"), default="stream",
@@ -66,8 +69,17 @@ def _eval_over_ros(args: argparse.Namespace) -> int:
         switch_after_s=SWITCH_AFTER_S if args.instructions == "switch" else None,
         device=args.device, num_inference_steps=args.steps or 0, out=args.out,
         sim_params=["depth_noise:=true"] if args.depth_noise else [],
-        policy_params=([f"grasp_retry.enabled:={args.grasp_retry == 'on'}".lower()]
-                       if args.grasp_retry else [])))
+        policy_params=_policy_params(args)))
+
+
+def _policy_params(args: argparse.Namespace) -> list[str]:
+    """``policy_node`` overrides for the options the in-process run also takes."""
+    params = [f"backend:={args.backend}", f"precision:={args.precision}"]
+    if args.samples:
+        params.append(f"num_samples:={args.samples}")
+    if args.grasp_retry:
+        params.append(f"grasp_retry.enabled:={str(args.grasp_retry == 'on').lower()}")
+    return params
 
 
 def run(args: argparse.Namespace) -> int:
@@ -79,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
                                  args.instructions, args.device, args.steps,
                                  media_dir=args.out, noise=args.noise,
                                  num_samples=args.samples, depth_noise=args.depth_noise,
-                                 backend=args.backend,
+                                 backend=args.backend, precision=args.precision,
                                  grasp_retry=(None if args.grasp_retry is None
                                               else args.grasp_retry == "on"))
     print(json.dumps(summary, indent=2))

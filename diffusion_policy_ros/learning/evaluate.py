@@ -213,7 +213,8 @@ def evaluate(checkpoint: str | Path, episodes: int = 100, seed: int = 0,
              num_samples: int | None = None,
              depth_noise: bool = False,
              backend: str = "torch",
-             grasp_retry: bool | None = None) -> tuple[dict, list[EpisodeOutcome]]:
+             grasp_retry: bool | None = None,
+             precision: str = "fp32") -> tuple[dict, list[EpisodeOutcome]]:
     """Closed-loop episodes with seeds ``seed .. seed + episodes - 1`` (``depth_noise``:
     the simulated Kinect's time-of-flight noise and dropouts on, a robustness check; the
     demonstrations are recorded without; ``grasp_retry``: None = as policy_node's
@@ -223,7 +224,7 @@ def evaluate(checkpoint: str | Path, episodes: int = 100, seed: int = 0,
     runner = PolicyRunner.from_checkpoint(checkpoint, joint_names=list(JOINT_NAMES),
                                           device=device, num_inference_steps=num_inference_steps,
                                           num_samples=num_samples, num_threads=num_threads,
-                                          backend=backend)
+                                          backend=backend, precision=precision)
     config = dataclasses.replace(load_sim_config(), render_observations=True,
                                  depth_noise=depth_noise,
                                  chunk_horizon=runner.config.horizon,
@@ -243,7 +244,10 @@ def evaluate(checkpoint: str | Path, episodes: int = 100, seed: int = 0,
                 retried = f", {o.grasp_retries} grasp retries" if o.grasp_retries else ""
                 print(f"[{i + 1}/{episodes}] seed {o.seed} {o.target}: {_result(o)} "
                       f"({o.episode_time_s:.1f} s, '{o.instruction}'{retried})", flush=True)
-    return {**summarize(outcomes), "grasp_retry": retry is not None}, outcomes
+    policy = {"checkpoint": str(checkpoint), "backend": backend, "precision": precision,
+              "num_inference_steps": runner.num_inference_steps,
+              "num_samples": runner.num_samples}
+    return {**summarize(outcomes), "grasp_retry": retry is not None, "policy": policy}, outcomes
 
 
 def write_report(path: str | Path, summary: dict, outcomes: list[EpisodeOutcome]) -> None:

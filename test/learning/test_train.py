@@ -94,11 +94,14 @@ def test_shipped_configs_load():
 def test_closed_loop_evaluation_runs_a_checkpoint(tiny_checkpoint, tmp_path):
     from diffusion_policy_ros.learning.evaluate import evaluate, write_report
 
-    for mode in ("task", "wrong"):
+    for mode, precision in (("task", "fp32"), ("wrong", "bf16")):
         summary, outcomes = evaluate(tiny_checkpoint, episodes=1, seed=40, instruction_mode=mode,
-                                     progress=False,
+                                     progress=False, precision=precision, num_samples=2,
                                      media_dir=tmp_path / "media" if mode == "task" else None)
         assert summary["episodes"] == 1 and summary["chunk_latency_ms_p50"] > 0
+        policy = summary["policy"]  # the report says what ran
+        assert (policy["backend"], policy["precision"], policy["num_samples"]) == (
+            "torch", precision, 2) and policy["num_inference_steps"] >= 1
         if mode == "task":  # one GIF frame per chunk + the last, and the plot
             with Image.open(tmp_path / "media" / "episode_40.gif") as gif:
                 assert gif.n_frames == len(outcomes[0].chunk_latency_ms) + 1
