@@ -70,19 +70,41 @@ def load_rows(path: str | Path = CONFIG_DIR / "bench_lightdp.yaml") -> list[Benc
     return rows
 
 
+def _check_report_policy(row: BenchRow, path: Path, summary: dict) -> None:
+    """A report that says which policy it ran (``dpr eval`` since 2026-12-05) must have run
+    this row's checkpoint (its last two path parts), backend, precision, steps and K: a
+    report filed under the wrong row fails."""
+    ran = summary.get("policy")
+    if ran is None:
+        return
+    expected = {"checkpoint": Path(row.checkpoint).parts[-2:], "backend": row.backend,
+                "precision": row.precision, "num_inference_steps": row.steps,
+                "num_samples": row.samples}
+    ran = {**ran, "checkpoint": Path(ran.get("checkpoint", "")).parts[-2:]}
+    wrong = {k: (ran.get(k), v) for k, v in expected.items()
+             if v is not None and ran.get(k) != v}
+    if wrong:
+        raise ValueError(f"{path} is not row '{row.label}''s evaluation: "
+                         + ", ".join(f"{k} {got} != {want}" for k, (got, want) in wrong.items()))
+
+
 def eval_figures(row: BenchRow) -> dict[str, dict]:
-    """{kind: {episodes, success_rate, wrong_object_rate}} over the row's dpr eval reports
-    of that kind (all of them must exist)."""
+    """{kind: {episodes, success_rate, wrong_object_rate, grasp_retry}} over the row's dpr
+    eval reports of that kind (all of them must exist); grasp_retry: every report ran with
+    policy_node's grasp retry (reports before 2026-12-04 ran without)."""
     out = {}
     for kind, reports in row.evals.items():
         paths = [_resolve(r) for r in ([reports] if isinstance(reports, str) else reports)]
         if not paths or not all(p.exists() for p in paths):
             continue
         summaries = [json.loads(p.read_text(encoding="utf-8"))["summary"] for p in paths]
+        for path, summary in zip(paths, summaries, strict=True):
+            _check_report_policy(row, path, summary)
         episodes = sum(s["episodes"] for s in summaries)
         out[kind] = {"episodes": episodes, **{
             rate: sum(s[rate] * s["episodes"] for s in summaries) / episodes
-            for rate in ("success_rate", "wrong_object_rate")}}
+            for rate in ("success_rate", "wrong_object_rate")},
+            "grasp_retry": all(s.get("grasp_retry", False) for s in summaries)}
     return out
 
 
@@ -139,9 +161,10 @@ def _rate(evals: dict, kind: str, wrong: bool = False) -> str:
     if s is None:
         return "-"
     n = s["episodes"]
+    mark = "" if s.get("grasp_retry", True) else " *"
     if wrong:
-        return f"{s['wrong_object_rate']:.2f}"
-    return f"{round(s['success_rate'] * n)}/{n}"
+        return f"{s['wrong_object_rate']:.2f}{mark}"
+    return f"{round(s['success_rate'] * n)}/{n}{mark}"
 
 
 def format_table(results: list[dict], machine: str) -> str:
@@ -150,7 +173,9 @@ def format_table(results: list[dict], machine: str) -> str:
              "reference median / row median at the same thread count. Success: named object "
              "lifted in process (`dpr eval`), task = seeds 5000-5099, switch = 5000-5039 "
              "(instruction changed after 1 s), depth noise = 5000-5049 with the Kinect's "
-             "time-of-flight noise, wrong = lifted another object (task run).", "",
+             "time-of-flight noise, wrong = lifted another object (task run); with "
+             "policy_node's grasp retry, except where marked * (without: reports from "
+             "before 2026-12-04).", "",
              "| configuration | backend, precision | params (denoiser) | sampler x steps | K "
              "| 1 thread ms | speed-up | 2 threads ms | speed-up | task | wrong | switch "
              "| depth noise |",

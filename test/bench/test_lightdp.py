@@ -6,6 +6,7 @@ import pytest
 
 from diffusion_policy_ros.bench.lightdp import (
     BenchRow,
+    eval_figures,
     format_table,
     load_rows,
     measure,
@@ -31,7 +32,8 @@ def test_a_rows_file_without_exactly_one_reference_is_refused(tmp_path):
 def test_measure_and_format_a_table_with_eval_reports(tiny_checkpoint, tmp_path):
     report, second = tmp_path / "task.json", tmp_path / "task_b.json"
     report.write_text(json.dumps({"summary": {"episodes": 10, "success_rate": 0.9,
-                                              "wrong_object_rate": 0.0}}), encoding="utf-8")
+                                              "wrong_object_rate": 0.0, "grasp_retry": True}}),
+                      encoding="utf-8")
     second.write_text(json.dumps({"summary": {"episodes": 30, "success_rate": 0.5,
                                               "wrong_object_rate": 0.1}}), encoding="utf-8")
     rows = [BenchRow("ref", str(tiny_checkpoint), steps=4, samples=2, reference=True),
@@ -50,4 +52,24 @@ def test_measure_and_format_a_table_with_eval_reports(tiny_checkpoint, tmp_path)
     assert "torch, bf16" in fast and "| 9/10 | 0.00 |" in fast
     # Reports of consecutive seed ranges add up; a kind with a missing report shows "-".
     summed = next(line for line in table.splitlines() if line.startswith("| summed"))
-    assert "| 24/40 | 0.07 | - |" in summed
+    # A report without the grasp retry marks the cell.
+    assert "| 24/40 * | 0.07 * | - |" in summed
+
+
+def test_a_report_of_another_configuration_is_refused(tmp_path):
+    report = tmp_path / "task.json"
+    report.write_text(json.dumps({"summary": {
+        "episodes": 10, "success_rate": 0.9, "wrong_object_rate": 0.0, "grasp_retry": True,
+        "policy": {"checkpoint": "/repo/checkpoints/student", "backend": "torch",
+                   "precision": "fp32", "num_inference_steps": 1, "num_samples": 8}}}),
+        encoding="utf-8")
+    student = "checkpoints/student"
+    assert eval_figures(BenchRow("K 8", student, samples=8, evals={"task": str(report)}))[
+        "task"]["episodes"] == 10
+    with pytest.raises(ValueError, match="num_samples 8 != 4"):
+        eval_figures(BenchRow("K 4", student, samples=4, evals={"task": str(report)}))
+    with pytest.raises(ValueError, match="backend torch != onnxruntime"):
+        eval_figures(BenchRow("onnx", student, backend="onnxruntime",
+                              evals={"task": str(report)}))
+    with pytest.raises(ValueError, match="checkpoint"):
+        eval_figures(BenchRow("teacher", "checkpoints/teacher", evals={"task": str(report)}))
