@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
 import json
 import time
 from collections.abc import Sequence
@@ -169,11 +170,12 @@ class ConsistencyDistiller:
 def cached_anchors(teacher: DiffusionPolicy, train_set: ConditionSet, config: DistillConfig,
                    out: Path, fingerprint: str,
                    device: torch.device) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """``teacher_chunks`` for the anchor term, cached in ``out`` per data and seed; None
-    when ``anchor_weight`` is 0."""
+    """``teacher_chunks`` for the anchor term, cached in ``out`` per data, teacher (weights
+    and DDIM steps) and seed; None when ``anchor_weight`` is 0."""
     if config.anchor_weight <= 0:
         return None
-    cache = out / f"teacher_chunks_{fingerprint}_{config.seed}.safetensors"
+    key = cache_key(weights_fingerprint(teacher), teacher.config.num_inference_steps)
+    cache = out / f"teacher_chunks_{fingerprint}_{key}_{config.seed}.safetensors"
     if cache.exists():
         tensors = load_file(str(cache))
         anchors = (tensors["noise"], tensors["chunk"])
@@ -273,15 +275,36 @@ def student_from_teacher(teacher: DiffusionPolicy, config: DistillConfig) -> Dif
     return student
 
 
+def weights_fingerprint(module: torch.nn.Module, skip_prefix: str | None = None) -> str:
+    """Hash of ``module``'s state dict (names, dtypes, shapes, values), entries under
+    ``skip_prefix`` left out: what a cache computed from those weights is keyed on."""
+    digest = hashlib.sha256()
+    for name, value in sorted(module.state_dict().items()):
+        if skip_prefix and name.startswith(skip_prefix):
+            continue
+        value = value.detach().cpu().contiguous()
+        digest.update(f"{name}:{value.dtype}:{tuple(value.shape)}".encode())
+        digest.update(value.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def cache_key(*parts: object) -> str:
+    """Short hash of ``parts`` for a cache file's name."""
+    return hashlib.sha256(repr(parts).encode()).hexdigest()[:12]
+
+
 def _conditions(teacher: DiffusionPolicy, data_dirs: Sequence[Path], config: DistillConfig,
                 out: Path, device: torch.device,
                 progress: bool) -> tuple[ConditionSet, ConditionSet, str, str]:
-    """Train / validation conditions, cached in ``out`` (a resumed or repeated run on the
-    same data reuses them)."""
+    """Train / validation conditions, cached in ``out`` per data, encoders and split (a
+    resumed or repeated run reuses them, and so does another policy with the same
+    encoders, e.g. a DiT trained on a U-Net's conditions)."""
     dirs = [e for d in data_dirs for e in episode_dirs(d)]
     fingerprint = dataset_fingerprint(dirs)
     dataset_id = " + ".join(str(Path(d).resolve()) for d in data_dirs)
-    cache = {name: out / f"conditions_{name}_{fingerprint}.safetensors"
+    key = cache_key(weights_fingerprint(teacher, skip_prefix="denoiser."),
+                    config.val_fraction, config.seed)
+    cache = {name: out / f"conditions_{name}_{fingerprint}_{key}.safetensors"
              for name in ("train", "val")}
     if all(p.exists() for p in cache.values()):
         return (ConditionSet.load(cache["train"]), ConditionSet.load(cache["val"]), dataset_id,

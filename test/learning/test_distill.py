@@ -7,7 +7,14 @@ import numpy as np
 import pytest
 import torch
 
-from diffusion_policy_ros.learning.distill import ConditionSet, ConsistencyDistiller, distill
+from diffusion_policy_ros.learning.distill import (
+    ConditionSet,
+    ConsistencyDistiller,
+    _conditions,
+    cached_anchors,
+    distill,
+    weights_fingerprint,
+)
 from diffusion_policy_ros.learning.distill_config import DistillConfig, load_distill_config
 from diffusion_policy_ros.policy.checkpoint import load_checkpoint
 from diffusion_policy_ros.policy.runner import PolicyRunner, synthetic_observation
@@ -70,6 +77,38 @@ def test_distillation_loss_falls_and_the_student_samples_in_one_step(tiny_checkp
     lo, hi = (student.normalizer.stats()["action"][k].numpy() for k in ("min", "max"))
     assert (chunk >= lo - 1e-5).all() and (chunk <= hi + 1e-5).all()
     assert len(runner.timer.durations_s["denoiser_step"]) == 1
+
+
+def test_caches_are_keyed_on_the_weights_they_come_from(tiny_checkpoint, tiny_demos, tmp_path):
+    """A run directory reused with another teacher computes its conditions and anchors
+    again instead of reading the first teacher's; a new denoiser with the same encoders
+    reads the same conditions."""
+    config = DistillConfig(val_fraction=0.5, num_threads=1, device="cpu", anchor_weight=1.0)
+    teacher, _ = load_checkpoint(tiny_checkpoint)
+    device = torch.device("cpu")
+    first = _conditions(teacher, [tiny_demos], config, tmp_path, device, progress=False)
+    cached_anchors(teacher, first[0], config, tmp_path, first[3], device)
+
+    other_denoiser, _ = load_checkpoint(tiny_checkpoint)
+    with torch.no_grad():
+        next(other_denoiser.denoiser.parameters()).add_(1.0)
+    assert weights_fingerprint(other_denoiser) != weights_fingerprint(teacher)
+    assert weights_fingerprint(other_denoiser, skip_prefix="denoiser.") == \
+        weights_fingerprint(teacher, skip_prefix="denoiser.")
+    _conditions(other_denoiser, [tiny_demos], config, tmp_path, device, progress=False)
+    assert len(list(tmp_path.glob("conditions_*.safetensors"))) == 2
+    cached_anchors(other_denoiser, first[0], config, tmp_path, first[3], device)
+    assert len(list(tmp_path.glob("teacher_chunks_*.safetensors"))) == 2
+
+    other_encoders, _ = load_checkpoint(tiny_checkpoint)
+    name = next(k for k in other_encoders.state_dict() if not k.startswith("denoiser.")
+                and other_encoders.state_dict()[k].is_floating_point())
+    with torch.no_grad():
+        other_encoders.state_dict()[name].add_(1.0)
+    second = _conditions(other_encoders, [tiny_demos], config, tmp_path, device,
+                         progress=False)
+    assert len(list(tmp_path.glob("conditions_*.safetensors"))) == 4
+    assert second[3] == first[3]  # the data's fingerprint, recorded in the checkpoint
 
 
 def test_the_target_network_follows_the_student_at_the_ema_rate():
