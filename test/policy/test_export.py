@@ -45,8 +45,12 @@ def _histories(policy, count=4):
 
 @pytest.mark.parametrize("changes", [dict(num_samples=3),
                                      dict(sampler="consistency", num_inference_steps=2,
-                                          prediction_type="sample", chunk_lowpass_terms=4)],
-                         ids=["ddim_medoid", "consistency_2_step_smoothed"])
+                                          prediction_type="sample", chunk_lowpass_terms=4),
+                                     dict(denoiser="dit", dit_layers=4, keep_layers=[0, 2],
+                                          sampler="consistency", num_inference_steps=1,
+                                          prediction_type="sample", num_samples=2)],
+                         ids=["ddim_medoid", "consistency_2_step_smoothed",
+                              "pruned_dit_consistency_1_step"])
 def test_onnxruntime_matches_torch(make_config, language, tmp_path, changes):
     policy = _policy(make_config, **changes)
     manifest = export_onnx(policy, tmp_path, "abc")
