@@ -26,6 +26,7 @@ import dataclasses
 import hashlib
 import json
 import platform
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -200,9 +201,32 @@ def file_sha256(path: str | Path) -> str:
     return digest.hexdigest()
 
 
-def aot_platform() -> dict[str, str]:
-    """What an AOTInductor package is tied to: the torch build and the CPU architecture."""
-    return {"torch": torch.__version__, "machine": platform.machine()}
+# /proc/cpuinfo flags that name instruction-set extensions: Inductor compiles packages
+# with -march=native, so a package may use any of the exporting CPU's and dies of SIGILL
+# on a CPU without one (e.g. AVX-512 code on an AVX2-only host).
+_ISA_FLAG = re.compile(r"^(avx|sse|ssse|fma|f16c|bmi|amx|aes|vaes|pclmul|vpclmul|gfni|adx|"
+                       r"movbe|popcnt|abm|lzcnt|sha|xop|tbm|asimd|sve|neon|fp16|bf16|i8mm)")
+
+
+def cpu_instruction_sets(cpuinfo: str | Path = "/proc/cpuinfo") -> list[str]:
+    """Sorted instruction-set extensions of this CPU (x86 ``flags`` / Arm ``Features`` of
+    the first processor in ``cpuinfo``); empty where that file is missing."""
+    try:
+        text = Path(cpuinfo).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return sorted({f for f in value.split() if _ISA_FLAG.match(f)})
+    return []
+
+
+def aot_platform() -> dict[str, object]:
+    """What an AOTInductor package is tied to: the torch build, the CPU architecture and
+    the CPU's instruction-set extensions (the packages are compiled for this CPU)."""
+    return {"torch": torch.__version__, "machine": platform.machine(),
+            "cpu_instruction_sets": cpu_instruction_sets()}
 
 
 @torch.no_grad()

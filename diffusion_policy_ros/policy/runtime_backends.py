@@ -168,6 +168,21 @@ class OnnxRuntimeBackend(_ExportedGraphs):
         return torch.from_numpy(chunk)
 
 
+def _platform_difference(key: str, packaged: object, here: object) -> str:
+    """What an AOTInductor manifest's ``key`` says against this machine, in words."""
+    if key == "cpu_instruction_sets" and packaged is None:
+        return "a CPU its manifest does not name (exported before manifests recorded it)"
+    if key == "cpu_instruction_sets" and isinstance(packaged, list):
+        missing = sorted(set(packaged) - set(here))
+        unused = sorted(set(here) - set(packaged))
+        if missing:
+            return (f"another CPU: it may use {', '.join(missing)}, which this CPU lacks "
+                    f"(running it would end the process with an illegal instruction)")
+        return (f"another CPU, without {', '.join(unused)} that this CPU has (it would run, "
+                f"slower than a package compiled here)")
+    return f"{key} {packaged!r}, this machine has {here!r}"
+
+
 class AotInductorBackend(_ExportedGraphs):
     """The packages ``dpr export --format aotinductor`` compiled on this machine: each
     graph is one shared library with the weights frozen in, called without Python
@@ -201,8 +216,9 @@ class AotInductorBackend(_ExportedGraphs):
                                  f"--checkpoint CKPT")
         for key, here in aot_platform().items():
             if manifest.get(key) != here:
-                raise BackendError(f"{aot_dir} was compiled for {key} {manifest.get(key)!r}, "
-                                   f"this machine has {here!r}: export again here")
+                raise BackendError(f"{aot_dir} was compiled for "
+                                   f"{_platform_difference(key, manifest.get(key), here)}: "
+                                   f"export again here")
         if manifest.get("threads_at_export") != threads:
             raise BackendError(f"{aot_dir} was compiled for {manifest.get('threads_at_export')} "
                                f"intra-op thread(s), this process runs {threads}, at which "

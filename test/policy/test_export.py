@@ -15,6 +15,7 @@ from diffusion_policy_ros.policy.export import (
     AOT_MANIFEST_FORMAT,
     MANIFEST,
     compare_backends,
+    cpu_instruction_sets,
     export_aot,
     export_onnx,
 )
@@ -143,6 +144,16 @@ def test_aotinductor_refuses_other_weights_builds_or_damaged_packages(aot_export
     (copy / AOT_MANIFEST).write_text(json.dumps({**manifest, "torch": "0.0.1"}))
     with pytest.raises(BackendError, match="compiled for torch '0.0.1'"):
         runner(copy)
+    here = cpu_instruction_sets()
+    for isa, match in ((sorted({*here, "avx9000"}), "may use avx9000, which this CPU lacks"),
+                       (here[1:], f"without {here[0]} that this CPU has" if here else None),
+                       (None, "a CPU its manifest does not name")):
+        if match is None:
+            continue
+        (copy / AOT_MANIFEST).write_text(json.dumps({**manifest,
+                                                     "cpu_instruction_sets": isa}))
+        with pytest.raises(BackendError, match=match):
+            runner(copy)
     (copy / AOT_MANIFEST).write_text(json.dumps(manifest))
     with open(copy / AOT_CHUNK_PACKAGE, "r+b") as fh:
         fh.truncate(1000)
@@ -183,3 +194,14 @@ def test_aotinductor_export_names_what_it_compiles(make_config, tmp_path):
 
     with pytest.raises(InputError, match="compiles consistency students.*use --format onnx"):
         export_aot(_policy(make_config), tmp_path, "abc")  # a DDIM policy
+
+
+def test_cpu_instruction_sets_reads_the_extensions_of_the_first_processor(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 fma hypervisor avx512f "
+                       "constant_tsc amx_tile\n\nprocessor\t: 1\nflags\t\t: fpu sse2\n")
+    assert cpu_instruction_sets(cpuinfo) == ["amx_tile", "avx2", "avx512f", "fma", "sse2"]
+    arm = tmp_path / "arm"
+    arm.write_text("processor\t: 0\nFeatures\t: fp asimd evtstrm aes sve bf16\n")
+    assert cpu_instruction_sets(arm) == ["aes", "asimd", "bf16", "sve"]
+    assert cpu_instruction_sets(tmp_path / "absent") == []
