@@ -98,6 +98,86 @@ class SimTimeToWall:
                                np.asarray(self._wall_ns, dtype=np.float64)))
 
 
+class LatencyStages:
+    """Where each chunk's observation stamp -> chunk received latency goes, hop by hop,
+    from the publication (source) timestamps the middleware gives each sample.
+
+    Stages (ms), which add up to the whole latency:
+
+    - ``frame``: the stamp -> the camera's ``camera_info`` published (the simulated
+      Kinect: the scene captured, drawn and converted; a real one: its driver's delay);
+    - ``sync``: -> ``observation/points`` published (the images' publication and
+      transport, ``rgbd_sync_node``'s pairing and pipeline);
+    - ``policy``: -> the chunk published (the points' delivery, ``policy_node``'s
+      history and predict);
+    - ``delivery``: -> the chunk received.
+
+    Samples arrive in any order on one reader thread: a chunk whose frame or points
+    have not been seen yet waits until they come, or until a newer one of each shows
+    that they never will (a lost sample; those stages are then NaN). ``keep``: how many
+    stamps of each topic are remembered.
+    """
+
+    STAGES = ("frame", "sync", "policy", "delivery")
+
+    def __init__(self, keep: int = 300):
+        self._keep = keep
+        self._frames: collections.OrderedDict[int, int] = collections.OrderedDict()
+        self._points: collections.OrderedDict[int, int] = collections.OrderedDict()
+        self._pending: list[tuple] = []
+        self._results: dict = {}
+
+    def frame_published(self, stamp_ns: int, source_ns: int) -> None:
+        self._remember(self._frames, stamp_ns, source_ns)
+
+    def points_published(self, stamp_ns: int, source_ns: int) -> None:
+        self._remember(self._points, stamp_ns, source_ns)
+
+    def chunk(self, key, stamp_ns: int, stamp_wall_ns: float, published_ns: int,
+              received_ns: int) -> None:
+        """A chunk (``key``: the caller's name for it) conditioned on the observation
+        stamped ``stamp_ns``, which the simulation or the camera reached at wall time
+        ``stamp_wall_ns``; published and received at those wall times (ns)."""
+        self._pending.append((key, int(stamp_ns), float(stamp_wall_ns), int(published_ns),
+                              int(received_ns)))
+        self._settle()
+
+    def stages_ms(self, key) -> dict[str, float] | None:
+        """The chunk's stages, or None while its frame or points may still come."""
+        return self._results.get(key)
+
+    def _remember(self, table: collections.OrderedDict, stamp_ns: int, source_ns: int) -> None:
+        if table and stamp_ns < next(reversed(table)):
+            self._settle(give_up=True)  # stamps went back: a restarted simulation or bag
+            table.clear()
+        table[int(stamp_ns)] = int(source_ns)
+        while len(table) > self._keep:
+            table.popitem(last=False)
+        if self._pending:
+            self._settle()
+
+    def _settle(self, give_up: bool = False) -> None:
+        waiting = []
+        for item in self._pending:
+            key, stamp_ns, stamp_wall_ns, published_ns, received_ns = item
+            frame_ns, points_ns = self._frames.get(stamp_ns), self._points.get(stamp_ns)
+            lost = give_up or all(table and next(reversed(table)) > stamp_ns
+                                  for table in (self._frames, self._points))
+            if (frame_ns is None or points_ns is None) and not lost:
+                waiting.append(item)
+                continue
+            nan = float("nan")
+            frame = nan if frame_ns is None else frame_ns
+            points = nan if points_ns is None else points_ns
+            self._results[key] = {
+                "frame": (frame - stamp_wall_ns) * 1e-6,
+                "sync": (points - frame) * 1e-6,
+                "policy": (published_ns - points) * 1e-6,
+                "delivery": (received_ns - published_ns) * 1e-6,
+            }
+        self._pending = waiting
+
+
 class BlockingWatch:
     """Durations of a call that must not block (a publish in a control loop): the
     longest since the last report, and how many reached ``stall_s``."""

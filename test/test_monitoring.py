@@ -1,9 +1,12 @@
 """Counters behind every node's diagnostics and throttled error messages."""
 
+import math
+
 import pytest
 
 from diffusion_policy_ros.monitoring import (
     BlockingWatch,
+    LatencyStages,
     RateMeter,
     RollingStats,
     SimTimeToWall,
@@ -104,3 +107,44 @@ def test_sim_time_to_wall_restarts_when_sim_time_goes_back():
     assert clock.wall_ns_at(250) is None
     clock.add(60, 5_010)
     assert clock.wall_ns_at(55) == pytest.approx(5_005)
+
+
+def test_latency_stages_split_the_latency_at_each_hops_publication():
+    stages = LatencyStages()
+    stages.frame_published(1_000_000, 9_000_000)   # stamp 1 ms; camera_info out at 9 ms
+    stages.points_published(1_000_000, 16_000_000)
+    stages.chunk("a", 1_000_000, 1_000_000, 28_000_000, 29_000_000)
+    assert stages.stages_ms("a") == pytest.approx(
+        {"frame": 8.0, "sync": 7.0, "policy": 12.0, "delivery": 1.0})
+    assert sum(stages.stages_ms("a").values()) == pytest.approx(28.0)  # received - stamp
+
+
+def test_latency_stages_wait_for_a_late_sample_and_give_up_on_a_lost_one():
+    stages = LatencyStages()
+    stages.frame_published(100, 200)
+    stages.chunk("late points", 100, 100, 900, 1_000)
+    assert stages.stages_ms("late points") is None  # its points may still come
+    stages.points_published(100, 500)
+    assert stages.stages_ms("late points")["sync"] == pytest.approx(300e-6)
+    stages.chunk("lost points", 300, 300, 1_900, 2_000)
+    stages.frame_published(300, 400)
+    assert stages.stages_ms("lost points") is None
+    stages.frame_published(400, 450)
+    stages.points_published(400, 600)  # newer points: those of stamp 300 never came
+    lost = stages.stages_ms("lost points")
+    assert lost["frame"] == pytest.approx(100e-6) and lost["delivery"] == pytest.approx(100e-6)
+    assert math.isnan(lost["sync"]) and math.isnan(lost["policy"])
+
+
+def test_latency_stages_restart_with_the_stamps():
+    stages = LatencyStages(keep=2)
+    stages.chunk("before", 5_000, 5_000, 6_000, 6_500)
+    stages.frame_published(10_000, 10_100)  # a newer stamp ...
+    stages.frame_published(20, 30)  # ... then time goes back: a restarted simulation
+    assert all(math.isnan(v) for k, v in stages.stages_ms("before").items() if k != "delivery")
+    for stamp in (40, 50, 60):
+        stages.frame_published(stamp, stamp + 10)
+        stages.points_published(stamp, stamp + 20)
+    stages.chunk("old", 40, 40, 100, 110)  # forgotten (keep=2): measured as lost
+    assert math.isnan(stages.stages_ms("old")["frame"])
+

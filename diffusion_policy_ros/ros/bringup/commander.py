@@ -33,11 +33,12 @@ from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.time import Time
 from rosgraph_msgs.msg import Clock
+from sensor_msgs.msg import CameraInfo, PointCloud2
 from std_msgs.msg import String
 from std_srvs.srv import SetBool, Trigger
 from trajectory_msgs.msg import JointTrajectory
 
-from diffusion_policy_ros.monitoring import SimTimeToWall
+from diffusion_policy_ros.monitoring import LatencyStages, SimTimeToWall
 from diffusion_policy_ros.ros.bringup.statistics import OUTCOMES, finite_or_none, percentiles
 from diffusion_policy_ros.ros.conversions import stamp_to_ns
 from diffusion_policy_ros.ros.dds_profiles import namespace_ros_args, use_package_dds_profiles
@@ -89,14 +90,17 @@ class GraspCommander:
         #: interpolated between /clock publications (``SimTimeToWall``).
         self.chunks: list[list[float]] = []
         self._sim_to_wall = SimTimeToWall() if use_sim_time else None
-        #: (index in ``chunks``, stamp ns, received ns) of chunks whose stamp is newer
+        #: The same latency hop by hop (``LatencyStages``), per index in ``chunks``.
+        self.latency_stages = LatencyStages()
+        #: (index in ``chunks``, stamp ns, published ns, received ns) of chunks whose stamp is newer
         #: than the last /clock this node has taken: its executor takes one message per
         #: subscription per wake-up, so a busy commander can read a chunk before the
         #: /clock samples that bracket its stamp.
-        self._unresolved: list[tuple[int, int, int]] = []
+        self._unresolved: list[tuple[int, int, int, int]] = []
         # The chunks of the episodes run_episode measured: between episodes this process
         # writes the media and reads what queued meanwhile late.
         self.episode_chunk_latencies_ms: list[float] = []
+        self.episode_latency_stages_ms: list[dict[str, float]] = []
         self.diagnostics: dict[str, dict[str, str]] = {}  # node -> latest key/values
         self.diag_counts: dict[str, int] = {}
         self.diag_messages: dict[str, str] = {}
@@ -111,6 +115,13 @@ class GraspCommander:
         self.tracker_p99: list[tuple[float, float]] = []  # (monotonic s, period_error p99)
         self.node.create_subscription(JointTrajectory, "policy/action_chunk", self._on_chunk,
                                       QoSProfile(depth=10))
+        # The hops' publication times: small messages, best effort (no acknowledgements
+        # asked of the camera or the sync node; a lost one only leaves a stage unmeasured).
+        probe_qos = QoSProfile(depth=10, reliability=ReliabilityPolicy.BEST_EFFORT)
+        self.node.create_subscription(CameraInfo, "camera/rgb/camera_info",
+                                      self._on_camera_info, probe_qos)
+        self.node.create_subscription(PointCloud2, "observation/points", self._on_points,
+                                      probe_qos)
         if use_sim_time:
             # One /clock reader: this one also sets the node's clock (ros.sim_clock).
             drop_time_source_subscription(self.node)
@@ -151,29 +162,53 @@ class GraspCommander:
             if self._unresolved:
                 self._resolve_latencies()
 
+    def _on_camera_info(self, msg: CameraInfo, info) -> None:
+        if info["source_timestamp"] > 0:
+            self.latency_stages.frame_published(stamp_to_ns(msg.header.stamp),
+                                                info["source_timestamp"])
+
+    def _on_points(self, msg: PointCloud2, info) -> None:
+        if info["source_timestamp"] > 0:
+            self.latency_stages.points_published(stamp_to_ns(msg.header.stamp),
+                                                 info["source_timestamp"])
+
     def _on_chunk(self, msg: JointTrajectory, info) -> None:
         stamp_ns = stamp_to_ns(msg.header.stamp)
         received_ns = info["received_timestamp"] or time.time_ns()
+        published_ns = info.get("source_timestamp") or 0  # 0: not stamped
         self.chunks.append([time.monotonic(), float("nan")])
         if self._sim_to_wall is None:
-            self.chunks[-1][1] = (received_ns - stamp_ns) * 1e-6
+            self._resolved(len(self.chunks) - 1, stamp_ns, stamp_ns, published_ns, received_ns)
         else:
-            self._unresolved.append((len(self.chunks) - 1, stamp_ns, received_ns))
+            self._unresolved.append((len(self.chunks) - 1, stamp_ns, published_ns, received_ns))
             self._resolve_latencies()
+
+    def _resolved(self, index: int, stamp_ns: int, stamp_wall_ns: float, published_ns: int,
+                  received_ns: int) -> None:
+        self.chunks[index][1] = (received_ns - stamp_wall_ns) * 1e-6
+        if published_ns > 0:
+            self.latency_stages.chunk(index, stamp_ns, stamp_wall_ns, published_ns, received_ns)
 
     def _resolve_latencies(self) -> None:
         """Latencies of the unresolved chunks whose stamp the /clock window now covers;
         a stamp older than the window stays NaN (not measurable)."""
         newest_ns = self._sim_to_wall.newest_sim_ns()
         waiting = []
-        for index, stamp_ns, received_ns in self._unresolved:
+        for item in self._unresolved:
+            index, stamp_ns, published_ns, received_ns = item
             if newest_ns is None or stamp_ns > newest_ns:
-                waiting.append((index, stamp_ns, received_ns))
+                waiting.append(item)
                 continue
             stamp_wall_ns = self._sim_to_wall.wall_ns_at(stamp_ns)
             if stamp_wall_ns is not None:
-                self.chunks[index][1] = (received_ns - stamp_wall_ns) * 1e-6
+                self._resolved(index, stamp_ns, stamp_wall_ns, published_ns, received_ns)
         self._unresolved = waiting
+
+    def stages_ms(self, indices) -> list[dict[str, float]]:
+        """The hop-by-hop latencies (``LatencyStages``) of the chunks at ``indices`` that
+        have them."""
+        found = (self.latency_stages.stages_ms(i) for i in indices)
+        return [stages for stages in found if stages is not None]
 
     def settle_latencies(self, timeout_s: float = 1.0) -> bool:
         """Take /clock until every received chunk's latency is resolved (or
@@ -419,6 +454,7 @@ class GraspCommander:
         self.settle_latencies()
         latencies = [ms for _, ms in self.chunks[first_chunk:end_chunk]]
         self.episode_chunk_latencies_ms.extend(latencies)
+        self.episode_latency_stages_ms.extend(self.stages_ms(range(first_chunk, end_chunk)))
         record = {
             "episode": number, "seed": report["seed"], "status": report["status"],
             "target": report["target"],

@@ -199,6 +199,8 @@ def run(opts: Options) -> int:
         return_codes = processes.stop()  # a second Ctrl-C meanwhile is recorded, not raised
         snapshot = (dict(diagnostics=commander.diagnostics, chunks=list(commander.chunks),
                          episode_chunks=list(commander.episode_chunk_latencies_ms),
+                         episode_stages=list(commander.episode_latency_stages_ms),
+                         stages=commander.stages_ms(range(len(commander.chunks))),
                          tracker_p99=list(commander.tracker_p99), ended=list(commander.ended),
                          errors=dict(commander.errors_after_ready),
                          resets_started_by_report=commander.resets_started_by_report)
@@ -223,10 +225,11 @@ def run(opts: Options) -> int:
     # Measured episodes: their chunks only (the same the per-episode figures use).
     latencies = (snapshot["episode_chunks"] if opts.episodes is not None
                  else [ms for _, ms in snapshot["chunks"]])
+    stages = snapshot["episode_stages"] if opts.episodes is not None else snapshot["stages"]
     summary = {
         "episodes_requested": opts.episodes,
         **summarize(records, latencies, snapshot["diagnostics"],
-                    round(max(p99s), 4) if p99s else None),
+                    round(max(p99s), 4) if p99s else None, stages),
         "cpu_core_s_per_sim_s": cpu or None,
         "episodes": records,
         "aborted": aborted or None,

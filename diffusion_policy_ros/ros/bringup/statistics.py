@@ -2,8 +2,9 @@
 
 Chunk latency is the receive time of ``policy/action_chunk`` minus its header stamp
 (observation stamp to chunk arrival), over the measured episodes' chunks when there
-are episodes; ``policy_node``'s own predict time, its chunk rate and the tracker's
-``period_error_ms`` come from ``/diagnostics``.
+are episodes, and the same latency hop by hop (``monitoring.LatencyStages``: frame,
+sync, policy, delivery); ``policy_node``'s own predict time, its chunk rate and the
+tracker's ``period_error_ms`` come from ``/diagnostics``.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
+from diffusion_policy_ros.monitoring import LatencyStages
 
 OUTCOMES = ("success", "wrong_object", "timeout")
 
@@ -40,8 +43,9 @@ def count_or_none(values: dict, key: str) -> int | None:
 
 
 def summarize(outcomes: list[dict], latencies_ms: list[float], diagnostics: dict[str, dict],
-              tracker_p99_worst: float | None) -> dict:
-    """Rates and figures of a run from per-episode outcomes and the last diagnostics."""
+              tracker_p99_worst: float | None, stages_ms: list[dict] = ()) -> dict:
+    """Rates and figures of a run from per-episode outcomes, the chunks' latencies (and
+    their ``LatencyStages`` where measured) and the last diagnostics."""
     n = len(outcomes)
     counts = {k: sum(o["status"] == k for o in outcomes) for k in OUTCOMES}
     policy = diagnostics.get("policy_node", {})
@@ -55,6 +59,8 @@ def summarize(outcomes: list[dict], latencies_ms: list[float], diagnostics: dict
         "timeout_rate": counts["timeout"] / n if n else None,
         "outcome_counts": counts,
         "chunk_latency_ms": percentiles(latencies_ms),
+        "chunk_latency_stages_ms": {stage: percentiles([s[stage] for s in stages_ms])
+                                    for stage in LatencyStages.STAGES},
         "policy_predict_ms": {"p50": f(policy.get("predict_ms_p50")),
                               "p99": f(policy.get("predict_ms_p99"))},
         "policy_chunk_rate_hz": f(policy.get("chunk_rate_hz")),
@@ -110,6 +116,12 @@ def format_summary(summary: dict) -> str:
                  f"p99 {f(lat['p99'])} ms; policy predict p50 {f(pred['p50'])} ms, p99 "
                  f"{f(pred['p99'])} ms; grasp retries "
                  f"{f(summary.get('policy_grasp_retries'), 'd')}")
+    stages = summary.get("chunk_latency_stages_ms") or {}
+    if any(s["count"] for s in stages.values()):
+        lines.append("stamp -> chunk by hop, p50 (ms): " + ", ".join(
+            f"{stage} {f(s['p50'])}" for stage, s in stages.items())
+            + " (frame: to the camera's camera_info; sync: to observation/points; policy: "
+              "to the chunk published; delivery: to the chunk received)")
     if summary.get("tracker_tick_source") == "joint_states":
         wait = summary.get("sim_lockstep_wait_ms") or {}
         loop = (f"tracker ticks on joint_states, sim lockstep {summary.get('sim_lockstep')} "

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from builtin_interfaces.msg import Time
 from rosgraph_msgs.msg import Clock
+from sensor_msgs.msg import CameraInfo, PointCloud2
 from trajectory_msgs.msg import JointTrajectory
 
 from diffusion_policy_ros.ros.bringup.commander import GRAPH_NODES, GraspCommander
@@ -86,6 +87,18 @@ def _chunk(stamp_ns: int) -> JointTrajectory:
     return msg
 
 
+def _camera_info(stamp_ns: int) -> CameraInfo:
+    msg = CameraInfo()
+    msg.header.stamp = _chunk(stamp_ns).header.stamp
+    return msg
+
+
+def _points(stamp_ns: int) -> PointCloud2:
+    msg = PointCloud2()
+    msg.header.stamp = _chunk(stamp_ns).header.stamp
+    return msg
+
+
 def _clock(sim_ns: int) -> Clock:
     return Clock(clock=Time(sec=sim_ns // 1_000_000_000, nanosec=sim_ns % 1_000_000_000))
 
@@ -110,3 +123,20 @@ def test_a_chunk_read_before_the_clock_that_covers_its_stamp_gets_its_latency_la
         assert commander.chunks[1][1] == pytest.approx(45.0)
         assert commander.chunks[2][1] != commander.chunks[2][1]  # older than the window
         assert not commander._unresolved and commander.settle_latencies(timeout_s=0.0)
+        assert commander.stages_ms(range(3)) == []  # no publication times: no stages
+
+
+@pytest.mark.ros
+def test_the_latency_by_hop_from_each_hops_publication_time():
+    ms = 1_000_000
+    with GraspCommander(use_sim_time=True) as commander:
+        for sim_ms, wall_ms in ((1000, 5000), (1010, 5010), (1020, 5020)):
+            commander._on_clock(_clock(sim_ms * ms), {"source_timestamp": wall_ms * ms})
+        commander._on_camera_info(_camera_info(1005 * ms), {"source_timestamp": 5014 * ms})
+        commander._on_points(_points(1005 * ms), {"source_timestamp": 5021 * ms})
+        commander._on_chunk(_chunk(1005 * ms), {"received_timestamp": 5035 * ms,
+                                               "source_timestamp": 5034 * ms})
+        (stages,) = commander.stages_ms(range(len(commander.chunks)))
+        assert stages == pytest.approx({"frame": 9.0, "sync": 7.0, "policy": 13.0,
+                                        "delivery": 1.0})
+        assert sum(stages.values()) == pytest.approx(commander.chunks[0][1])

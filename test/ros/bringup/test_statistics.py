@@ -27,6 +27,19 @@ def test_summary_figures():
         "pd_tracker_node": {"count": 2, "messages": ["fault: joint_states stale"]}}})
     assert "pd_tracker_node x2 (fault: joint_states stale)" in text
     assert "after start-up: none" in format_summary(empty)
+    assert "by hop" not in format_summary(empty)  # no stages measured: no line
+
+
+def test_the_latency_by_hop():
+    stages = [{"frame": 9.0, "sync": 7.0, "policy": 12.0, "delivery": 1.0},
+              {"frame": 11.0, "sync": float("nan"), "policy": float("nan"), "delivery": 0.5}]
+    s = summarize([], [29.0, 30.0], {}, None, stages)
+    by_hop = s["chunk_latency_stages_ms"]
+    assert list(by_hop) == ["frame", "sync", "policy", "delivery"]
+    assert by_hop["frame"]["p50"] == 10.0 and by_hop["frame"]["count"] == 2
+    assert by_hop["sync"]["count"] == 1 and by_hop["sync"]["p50"] == 7.0
+    assert "by hop, p50 (ms): frame 10.0, sync 7.0, policy 12.0, delivery 0.8" in \
+        format_summary(s)
 
 
 
