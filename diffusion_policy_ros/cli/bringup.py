@@ -37,6 +37,11 @@ def add_parser(sub) -> None:
     up.add_argument("--rviz", action="store_true", help="also start robot_state_publisher "
                     "(the package's URDF) and rviz2 with config/grasp.rviz (needs a ROS 2 "
                     "install with rviz2)")
+    up.add_argument("--latency-stages", action="store_true",
+                    help="also measure the stamp -> chunk latency hop by hop (frame, sync, "
+                    "policy, delivery) from the publication times of camera_info and "
+                    "observation/points; two more readers in the graph, which on two cores "
+                    "lengthen the latency they split (docs/nodes.md)")
     up.add_argument("--ready-timeout", type=float, default=180.0,
                     help="seconds to wait for the nodes and the first action chunk")
     for flag, node in (("sim", "sim_node"), ("sync", "rgbd_sync_node"),
@@ -56,5 +61,5 @@ def run(args: argparse.Namespace) -> int:
         out=args.out, device=args.device,
         num_inference_steps=args.num_inference_steps, ready_timeout_s=args.ready_timeout,
         namespace=args.namespace, use_sim_time=args.use_sim_time, rviz=args.rviz,
-        sim_params=args.sim_param, sync_params=args.sync_param,
+        latency_stages=args.latency_stages, sim_params=args.sim_param, sync_params=args.sync_param,
         policy_params=args.policy_param, tracker_params=args.tracker_param))

@@ -67,13 +67,16 @@ class GraspCommander:
     resolved in it). ``use_sim_time``: follow ``/clock`` (switch delays are sim
     seconds then). ``stop_reason``: called between spins; a non-empty string ends
     any wait with ``CommanderStopped``. ``record_media``: record each episode's
-    camera view and joint plot (``run_episode(media_dir=...)``). rclpy is
+    camera view and joint plot (``run_episode(media_dir=...)``). ``latency_stages``:
+    also read ``camera/rgb/camera_info`` and ``observation/points`` for the chunks'
+    latency hop by hop (``stages_ms``); those readers cost the graph CPU, and on two
+    cores lengthen the latency they split. rclpy is
     initialised here unless it already is, and shut down by ``close`` if so.
     """
 
     def __init__(self, namespace: str = "", use_sim_time: bool = False,
                  stop_reason: Callable[[], str] = lambda: "", record_media: bool = False,
-                 node_name: str = "grasp_commander"):
+                 node_name: str = "grasp_commander", latency_stages: bool = False):
         self._owns_rclpy = not rclpy.ok()
         if self._owns_rclpy:
             use_package_dds_profiles(namespace_ros_args(namespace))
@@ -115,13 +118,14 @@ class GraspCommander:
         self.tracker_p99: list[tuple[float, float]] = []  # (monotonic s, period_error p99)
         self.node.create_subscription(JointTrajectory, "policy/action_chunk", self._on_chunk,
                                       QoSProfile(depth=10))
-        # The hops' publication times: small messages, best effort (no acknowledgements
-        # asked of the camera or the sync node; a lost one only leaves a stage unmeasured).
-        probe_qos = QoSProfile(depth=10, reliability=ReliabilityPolicy.BEST_EFFORT)
-        self.node.create_subscription(CameraInfo, "camera/rgb/camera_info",
-                                      self._on_camera_info, probe_qos)
-        self.node.create_subscription(PointCloud2, "observation/points", self._on_points,
-                                      probe_qos)
+        if latency_stages:
+            # The hops' publication times: small messages, best effort (no acknowledgements
+            # asked of the camera or the sync node; a lost one leaves a stage unmeasured).
+            probe_qos = QoSProfile(depth=10, reliability=ReliabilityPolicy.BEST_EFFORT)
+            self.node.create_subscription(CameraInfo, "camera/rgb/camera_info",
+                                          self._on_camera_info, probe_qos)
+            self.node.create_subscription(PointCloud2, "observation/points", self._on_points,
+                                          probe_qos)
         if use_sim_time:
             # One /clock reader: this one also sets the node's clock (ros.sim_clock).
             drop_time_source_subscription(self.node)

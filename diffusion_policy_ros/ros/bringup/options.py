@@ -31,6 +31,7 @@ class Options:
     namespace: str = ""
     use_sim_time: bool = False
     rviz: bool = False
+    latency_stages: bool = False
     sim_params: list[str] = dataclasses.field(default_factory=list)
     sync_params: list[str] = dataclasses.field(default_factory=list)
     policy_params: list[str] = dataclasses.field(default_factory=list)

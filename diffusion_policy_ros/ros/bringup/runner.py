@@ -176,7 +176,8 @@ def run(opts: Options) -> int:
         commander = GraspCommander(
             namespace=opts.namespace, use_sim_time=opts.use_sim_time,
             stop_reason=lambda: signalled[0] if signalled else processes.exit_reason(),
-            record_media=out is not None and opts.episodes is not None, node_name="dpr_bringup")
+            record_media=out is not None and opts.episodes is not None, node_name="dpr_bringup",
+            latency_stages=opts.latency_stages)
         if opts.instruction is not None:
             commander.instruct(opts.instruction)
         if opts.switch_after_s is not None:
