@@ -115,7 +115,8 @@ class LatencyStages:
     Samples arrive in any order on one reader thread: a chunk whose frame or points
     have not been seen yet waits until they come, or until a newer one of each shows
     that they never will (a lost sample; those stages are then NaN). ``keep``: how many
-    stamps of each topic are remembered.
+    stamps of each topic are remembered, and how many chunks wait at most (without a
+    camera none would ever be resolved).
     """
 
     STAGES = ("frame", "sync", "policy", "delivery")
@@ -140,6 +141,8 @@ class LatencyStages:
         ``stamp_wall_ns``; published and received at those wall times (ns)."""
         self._pending.append((key, int(stamp_ns), float(stamp_wall_ns), int(published_ns),
                               int(received_ns)))
+        if len(self._pending) > self._keep:
+            self._resolve(self._pending.pop(0), None, None)
         self._settle()
 
     def stages_ms(self, key) -> dict[str, float] | None:
@@ -159,23 +162,26 @@ class LatencyStages:
     def _settle(self, give_up: bool = False) -> None:
         waiting = []
         for item in self._pending:
-            key, stamp_ns, stamp_wall_ns, published_ns, received_ns = item
+            stamp_ns = item[1]
             frame_ns, points_ns = self._frames.get(stamp_ns), self._points.get(stamp_ns)
             lost = give_up or all(table and next(reversed(table)) > stamp_ns
                                   for table in (self._frames, self._points))
             if (frame_ns is None or points_ns is None) and not lost:
                 waiting.append(item)
-                continue
-            nan = float("nan")
-            frame = nan if frame_ns is None else frame_ns
-            points = nan if points_ns is None else points_ns
-            self._results[key] = {
-                "frame": (frame - stamp_wall_ns) * 1e-6,
-                "sync": (points - frame) * 1e-6,
-                "policy": (published_ns - points) * 1e-6,
-                "delivery": (received_ns - published_ns) * 1e-6,
-            }
+            else:
+                self._resolve(item, frame_ns, points_ns)
         self._pending = waiting
+
+    def _resolve(self, item: tuple, frame_ns: int | None, points_ns: int | None) -> None:
+        key, _, stamp_wall_ns, published_ns, received_ns = item
+        frame = float("nan") if frame_ns is None else frame_ns
+        points = float("nan") if points_ns is None else points_ns
+        self._results[key] = {
+            "frame": (frame - stamp_wall_ns) * 1e-6,
+            "sync": (points - frame) * 1e-6,
+            "policy": (published_ns - points) * 1e-6,
+            "delivery": (received_ns - published_ns) * 1e-6,
+        }
 
 
 class BlockingWatch:

@@ -148,3 +148,11 @@ def test_latency_stages_restart_with_the_stamps():
     stages.chunk("old", 40, 40, 100, 110)  # forgotten (keep=2): measured as lost
     assert math.isnan(stages.stages_ms("old")["frame"])
 
+
+def test_latency_stages_without_a_camera_keep_few_chunks_waiting():
+    stages = LatencyStages(keep=3)
+    for k in range(10):  # chunks, but no camera_info or points ever
+        stages.chunk(k, 100 + k, 100 + k, 200 + k, 210 + k)
+    assert len(stages._pending) == 3
+    assert math.isnan(stages.stages_ms(0)["frame"]) and stages.stages_ms(9) is None
+

@@ -93,8 +93,8 @@ class GraspCommander:
         #: interpolated between /clock publications (``SimTimeToWall``).
         self.chunks: list[list[float]] = []
         self._sim_to_wall = SimTimeToWall() if use_sim_time else None
-        #: The same latency hop by hop (``LatencyStages``), per index in ``chunks``.
-        self.latency_stages = LatencyStages()
+        #: With ``latency_stages``: the same latency hop by hop, per index in ``chunks``.
+        self.latency_stages = LatencyStages() if latency_stages else None
         #: (index in ``chunks``, stamp ns, published ns, received ns) of chunks whose stamp is newer
         #: than the last /clock this node has taken: its executor takes one message per
         #: subscription per wake-up, so a busy commander can read a chunk before the
@@ -118,7 +118,7 @@ class GraspCommander:
         self.tracker_p99: list[tuple[float, float]] = []  # (monotonic s, period_error p99)
         self.node.create_subscription(JointTrajectory, "policy/action_chunk", self._on_chunk,
                                       QoSProfile(depth=10))
-        if latency_stages:
+        if self.latency_stages is not None:
             # The hops' publication times: small messages, best effort (no acknowledgements
             # asked of the camera or the sync node; a lost one leaves a stage unmeasured).
             probe_qos = QoSProfile(depth=10, reliability=ReliabilityPolicy.BEST_EFFORT)
@@ -190,7 +190,7 @@ class GraspCommander:
     def _resolved(self, index: int, stamp_ns: int, stamp_wall_ns: float, published_ns: int,
                   received_ns: int) -> None:
         self.chunks[index][1] = (received_ns - stamp_wall_ns) * 1e-6
-        if published_ns > 0:
+        if self.latency_stages is not None and published_ns > 0:
             self.latency_stages.chunk(index, stamp_ns, stamp_wall_ns, published_ns, received_ns)
 
     def _resolve_latencies(self) -> None:
@@ -211,6 +211,8 @@ class GraspCommander:
     def stages_ms(self, indices) -> list[dict[str, float]]:
         """The hop-by-hop latencies (``LatencyStages``) of the chunks at ``indices`` that
         have them."""
+        if self.latency_stages is None:
+            return []
         found = (self.latency_stages.stages_ms(i) for i in indices)
         return [stages for stages in found if stages is not None]
 

@@ -129,7 +129,7 @@ def test_a_chunk_read_before_the_clock_that_covers_its_stamp_gets_its_latency_la
 @pytest.mark.ros
 def test_the_latency_by_hop_from_each_hops_publication_time():
     ms = 1_000_000
-    with GraspCommander(use_sim_time=True) as commander:
+    with GraspCommander(use_sim_time=True, latency_stages=True) as commander:
         for sim_ms, wall_ms in ((1000, 5000), (1010, 5010), (1020, 5020)):
             commander._on_clock(_clock(sim_ms * ms), {"source_timestamp": wall_ms * ms})
         commander._on_camera_info(_camera_info(1005 * ms), {"source_timestamp": 5014 * ms})
