@@ -247,7 +247,9 @@ def evaluate(checkpoint: str | Path, episodes: int = 100, seed: int = 0,
     policy = {"checkpoint": str(checkpoint), "backend": backend, "precision": precision,
               "num_inference_steps": runner.num_inference_steps,
               "num_samples": runner.num_samples}
-    return {**summarize(outcomes), "grasp_retry": retry is not None, "policy": policy}, outcomes
+    return {**summarize(outcomes), "grasp_retry": retry is not None,
+            "grasp_retry_max_retries": retry_config.max_retries if retry else None,
+            "policy": policy}, outcomes
 
 
 def write_report(path: str | Path, summary: dict, outcomes: list[EpisodeOutcome]) -> None:

@@ -38,7 +38,7 @@ class GraspRetryConfig:
     #: The opening commanded meanwhile (m; the gripper's stroke).
     open_to_m: float = 0.085
     #: Re-openings per task; then the policy's commands stand.
-    max_retries: int = 1
+    max_retries: int = 2
 
     def validate(self) -> None:
         if not 0.0 < self.empty_below_m < self.open_to_m:

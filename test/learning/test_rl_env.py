@@ -142,7 +142,7 @@ def test_a_gripper_closed_on_nothing_is_reopened_as_policy_node_does():
     tracker ramps the gripper's reference at its speed limit), then closing again."""
     from diffusion_policy_ros.policy.grasp_retry import GraspRetryConfig
 
-    retry = GraspRetryConfig(empty_for_s=0.3, open_for_s=0.5)
+    retry = GraspRetryConfig(empty_for_s=0.3, open_for_s=0.5, max_retries=1)
     sim = dataclasses.replace(load_sim_config(), time_limit_s=3.0)
     with GraspRlEnv(sim, grasp_retry=retry) as e:
         obs, info = e.reset(seed=300)
