@@ -1,14 +1,16 @@
 """The whole grasp system: camera -> rgbd_sync_node -> policy_node -> pd_tracker_node -> arm.
 
 ros2 launch diffusion_policy_ros grasp.launch.py [use_sim:=false] [rviz:=true] \\
-    [use_sim_time:=true real_time_factor:=0.3] [device:=cuda] [checkpoint:=/path/to/ckpt]
+    [use_sim_time:=true] [device:=cuda] [checkpoint:=/path/to/ckpt]
 ros2 topic pub --once --keep-alive 2 /instruction std_msgs/msg/String \\
     "{data: 'pick up the red cube'}"
 
 use_sim:=true (default) starts the MuJoCo simulation (sim_node), which waits for
 your instruction and scores the object it names on sim/episode (sim_instructions:=true:
-it instructs itself, a new instruction per episode). On a small CPU pace it with
-use_sim_time:=true real_time_factor:=0.3 so the policy keeps up. With use_sim:=false
+it instructs itself, a new instruction per episode). With use_sim_time:=true it runs
+at real_time_factor (1.0: real time) in lockstep with the tracker, so on a machine
+that cannot keep up sim time slows down instead of the arm acting on stale states.
+With use_sim:=false
 the Kinect topics come from the Azure Kinect ROS driver and the arm's commands go to
 its ros2_control controllers:
   camera/rgb/image_raw, camera/rgb/camera_info, camera/depth_to_rgb/image_raw
@@ -124,7 +126,8 @@ def generate_launch_description():
                               "and arm from your drivers"),
         DeclareLaunchArgument("use_sim_time", default_value="false",
                               description="Follow /clock (the simulation publishes it when "
-                              "true; use with real_time_factor below 1 on a small CPU)"),
+                              "true, in lockstep with the tracker: sim time slows down where the "
+                              "machine cannot keep up)"),
         DeclareLaunchArgument("namespace", default_value="",
                               description="Namespace of all nodes and topics"),
         DeclareLaunchArgument("sim_instructions", default_value="false",

@@ -138,8 +138,9 @@ def test_replay_launch_plays_a_dpr_collect_bag_and_ends_by_itself(
 @pytest.mark.slow
 def test_readme_instruction_makes_the_simulated_arm_lift_the_red_cube(
         ros, ros2_env, ros2_command, readme_instruction, readme_ros2_command):
-    """The README's path: grasp.launch.py (sim paced to 0.3x real time on sim time, the
-    layout of seed 1), then the README's `ros2 topic pub --once` command verbatim; the
+    """The README's path: its grasp.launch.py command verbatim (the sim at real time on
+    sim time, in lockstep with the tracker; the layout of seed 1), then the README's
+    `ros2 topic pub --once` command verbatim; the
     sim scores the object the words name and the shipped policy lifts it; the README's
     `ros2 topic echo` shows the score and its reset keeps the instruction. Seed 1: a
     layout where the shipped student lifted the red cube in every fresh-noise run in
@@ -156,8 +157,13 @@ def test_readme_instruction_makes_the_simulated_arm_lift_the_red_cube(
                               _level=status.level, _message=status.message)
     ros.node.create_subscription(DiagnosticArray, "/diagnostics", on_diagnostics,
                                  QoSProfile(depth=20))
-    launch = _launch(ros2_command, ros2_env, "grasp.launch.py", "use_sim_time:=true",
-                     "real_time_factor:=0.3", "seed:=1")
+    launch_command = readme_ros2_command("ros2 launch diffusion_policy_ros grasp.launch.py",
+                                         "seed:=1")
+    arguments = launch_command.split()[4:]
+    assert "use_sim_time:=true" in arguments and not any(
+        a.startswith("real_time_factor:=") and float(a.split(":=")[1]) < 1.0
+        for a in arguments), launch_command
+    launch = _launch(ros2_command, ros2_env, "grasp.launch.py", *arguments)
     ros.spin_until(lambda: policy.get("state") == "active" and episodes, 180.0,
                    lambda: f"policy_node active, sim/episode: {policy} {episodes}\n"
                            f"{launch.log()[-4000:]}")
@@ -190,9 +196,10 @@ def test_readme_instruction_makes_the_simulated_arm_lift_the_red_cube(
     ros.spin_until(lambda: episodes[-1]["episode"] == final["episode"] + 1, 30.0,
                    lambda: f"the next episode: {episodes[-2:]}")
     assert episodes[-1]["target"] == "red_cube" and episodes[-1]["status"] == "running"
-    # The chunk rate (and its "below rate_hz" WARN) is per sim second: at 0.3x real time
-    # about 3 times the wall rate.
-    assert float(policy["chunk_rate_hz"]) > 2.0 * float(policy["chunk_rate_wall_hz"]) > 0, \
+    # The chunk rate (and its "below rate_hz" WARN) is per sim second; the lockstep slows
+    # the sim below real time where this machine cannot keep up, so the wall rate can only
+    # be lower.
+    assert float(policy["chunk_rate_hz"]) >= 0.95 * float(policy["chunk_rate_wall_hz"]) > 0, \
         policy
     # None of the ERRORs the tracker used to log in normal operation (a loaded machine may
     # still show a late chunk's).
