@@ -155,4 +155,3 @@ def test_latency_stages_without_a_camera_keep_few_chunks_waiting():
         stages.chunk(k, 100 + k, 100 + k, 200 + k, 210 + k)
     assert len(stages._pending) == 3
     assert math.isnan(stages.stages_ms(0)["frame"]) and stages.stages_ms(9) is None
-

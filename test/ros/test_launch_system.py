@@ -157,9 +157,9 @@ def test_readme_instruction_makes_the_simulated_arm_lift_the_red_cube(
                               _level=status.level, _message=status.message)
     ros.node.create_subscription(DiagnosticArray, "/diagnostics", on_diagnostics,
                                  QoSProfile(depth=20))
-    launch_command = readme_ros2_command("ros2 launch diffusion_policy_ros grasp.launch.py",
-                                         "seed:=1")
-    arguments = launch_command.split()[4:]
+    launch_prefix = "ros2 launch diffusion_policy_ros grasp.launch.py"
+    launch_command = readme_ros2_command(launch_prefix, "seed:=1")
+    arguments = launch_command[len(launch_prefix):].split()
     assert "use_sim_time:=true" in arguments and not any(
         a.startswith("real_time_factor:=") and float(a.split(":=")[1]) < 1.0
         for a in arguments), launch_command

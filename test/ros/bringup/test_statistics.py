@@ -42,7 +42,6 @@ def test_the_latency_by_hop():
         format_summary(s)
 
 
-
 def test_the_real_time_factor_is_the_episodes_sim_over_wall_time():
     diagnostics = {"sim_node": {"real_time_factor": "0.34"}}  # a window after the last episode
     outcomes = [{"status": "success", "elapsed_s": 6.0, "wall_s": 10.0},
