@@ -20,9 +20,14 @@ torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")' | tee "$out
 status=0
 "$python" -m pytest -q -rA -s -p no:cacheprovider test/policy/test_accelerator.py \
   test/learning/test_ppo_accelerator.py 2>&1 | tee "$out/tests.log" || status=1
-bench() {  # name, checkpoint config, bench options...
+bench() {  # name, checkpoint config, bench options...; a checkpoint not here is skipped
   local name=$1 config=$2
   shift 2
+  if [[ ! -f "$(dirname "$config")/model.safetensors" ]]; then
+    echo "$name: $(dirname "$config")/model.safetensors is not here, not benchmarked" \
+      | tee -a "$out/policy_tables.md"
+    return
+  fi
   for precision in fp32 bf16; do
     "$python" -m diffusion_policy_ros.bench.policy_stages --device auto --config "$config" \
       --precision "$precision" --repeats 50 ${cache:+--language-cache "$cache"} \
