@@ -92,6 +92,9 @@ class GraspCommander:
         #: The reception time is the middleware's; on sim time the stamp's wall time is
         #: interpolated between /clock publications (``SimTimeToWall``).
         self.chunks: list[list[float]] = []
+        #: Each chunk's header stamp (the observation's, ns), per index in ``chunks``.
+        self.chunk_stamps_ns: list[int] = []
+        self.use_sim_time = use_sim_time
         self._sim_to_wall = SimTimeToWall() if use_sim_time else None
         #: With ``latency_stages``: the same latency hop by hop, per index in ``chunks``.
         self.latency_stages = LatencyStages() if latency_stages else None
@@ -181,6 +184,7 @@ class GraspCommander:
         received_ns = info["received_timestamp"] or time.time_ns()
         published_ns = info.get("source_timestamp") or 0  # 0: not stamped
         self.chunks.append([time.monotonic(), float("nan")])
+        self.chunk_stamps_ns.append(stamp_ns)
         if self._sim_to_wall is None:
             self._resolved(len(self.chunks) - 1, stamp_ns, stamp_ns, published_ns, received_ns)
         else:
@@ -438,6 +442,18 @@ class GraspCommander:
             self.instruct(own.instruction)
         return first
 
+    def _chunks_in_scored_span(self, report: dict, first_chunk: int) -> dict:
+        """``chunks_in_span``: the chunks received so far whose observation stamp lies in
+        the episode's scored span of sim time (``sim_time_s - elapsed_s`` to ``sim_time_s``
+        of its end report), whenever they arrived: the policy's chunk rate is that over
+        ``elapsed_s``. Only on sim time, where stamps and the report share a clock."""
+        if not self.use_sim_time or report.get("sim_time_s") is None:
+            return {}
+        end_ns = round(float(report["sim_time_s"]) * 1e9)
+        start_ns = end_ns - round(float(report["elapsed_s"]) * 1e9)
+        count = sum(start_ns <= stamp <= end_ns for stamp in self.chunk_stamps_ns[first_chunk:])
+        return {"chunks_in_span": count}
+
     def run_episode(self, instruction: str | None = None, switch_after_s: float | None = None,
                     timeout_s: float | None = None, media_dir: Path | None = None) -> dict:
         """Reset, instruct (``instruction``, or the sim's own; ``switch_after_s``: another
@@ -473,6 +489,7 @@ class GraspCommander:
             "wall_s": report.get("wall_s", round(time.monotonic() - start, 3)),
             "chunks": len(latencies),
             "chunk_latency_ms": percentiles(latencies),
+            **self._chunks_in_scored_span(report, first_chunk),
         }
         if self.recorder is not None and media_dir is not None:
             record["media"] = self.recorder.finish(

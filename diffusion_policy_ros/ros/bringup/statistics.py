@@ -3,8 +3,10 @@
 Chunk latency is the receive time of ``policy/action_chunk`` minus its header stamp
 (observation stamp to chunk arrival), over the measured episodes' chunks when there
 are episodes, and the same latency hop by hop (``monitoring.LatencyStages``: frame,
-sync, policy, delivery); ``policy_node``'s own predict time, its chunk rate and the
-tracker's ``period_error_ms`` come from ``/diagnostics``.
+sync, policy, delivery); ``policy_node``'s own predict time and the tracker's
+``period_error_ms`` come from ``/diagnostics``. The policy's chunk rate is the measured
+episodes' chunks counted by observation stamp over their scored sim time where the run
+is on sim time, else ``policy_node``'s last diagnostics window.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import numpy as np
 from diffusion_policy_ros.monitoring import LatencyStages
 
 OUTCOMES = ("success", "wrong_object", "timeout")
+RATE_OF = {"episodes": "stamped in the episodes, per sim second",
+           "last_window": "its last diagnostics window"}
 
 
 def percentiles(values, qs=(50, 99)) -> dict[str, float | None]:
@@ -52,6 +56,7 @@ def summarize(outcomes: list[dict], latencies_ms: list[float], diagnostics: dict
     tracker = diagnostics.get("pd_tracker_node", {})
     sim = diagnostics.get("sim_node", {})
     f = finite_or_none
+    chunk_rate = episodes_chunk_rate(outcomes)
     return {
         "episodes_completed": n,
         "success_rate": counts["success"] / n if n else None,
@@ -63,7 +68,10 @@ def summarize(outcomes: list[dict], latencies_ms: list[float], diagnostics: dict
                                     for stage in LatencyStages.STAGES},
         "policy_predict_ms": {"p50": f(policy.get("predict_ms_p50")),
                               "p99": f(policy.get("predict_ms_p99"))},
-        "policy_chunk_rate_hz": f(policy.get("chunk_rate_hz")),
+        "policy_chunk_rate_hz": (chunk_rate if chunk_rate is not None
+                                 else f(policy.get("chunk_rate_hz"))),
+        "policy_chunk_rate_of": "episodes" if chunk_rate is not None else "last_window",
+        "policy_chunk_rate_hz_last_window": f(policy.get("chunk_rate_hz")),
         "policy_chunks_total": count_or_none(policy, "chunks_total"),
         "policy_overrun_ticks": count_or_none(policy, "overrun_ticks"),
         "policy_grasp_retries": count_or_none(policy, "grasp_retries_total"),
@@ -85,6 +93,18 @@ def summarize(outcomes: list[dict], latencies_ms: list[float], diagnostics: dict
                                                           f(sim.get("real_time_factor"))),
         "sim_real_time_factor_last_window": f(sim.get("real_time_factor")),
     }
+
+
+def episodes_chunk_rate(outcomes: list[dict]) -> float | None:
+    """Chunks per sim second over the measured episodes: those stamped inside each
+    episode's scored span (``chunks_in_span``) over its ``elapsed_s``; None without such
+    counts (no episodes, or the wall clock), where ``policy_node``'s figure for its last
+    diagnostics window, which can straddle a reset, stands in."""
+    counted = [o for o in outcomes if o.get("chunks_in_span") is not None and o.get("elapsed_s")]
+    if not counted:
+        return None
+    return round(sum(o["chunks_in_span"] for o in counted)
+                 / sum(o["elapsed_s"] for o in counted), 3)
 
 
 def achieved_real_time_factor(outcomes: list[dict], last_window: float | None) -> float | None:
@@ -112,7 +132,8 @@ def format_summary(summary: dict) -> str:
                      f"{f(summary['wrong_object_rate'], '.2f')} ({c['wrong_object']}), timeouts "
                      f"{c['timeout']}")
     lines.append(f"chunks received {lat['count']} ({f(summary['policy_chunk_rate_hz'])} /s at "
-                 f"the policy); observation stamp -> chunk received p50 {f(lat['p50'])} ms, "
+                 f"the policy, {RATE_OF[summary.get('policy_chunk_rate_of', 'last_window')]}); "
+                 f"observation stamp -> chunk received p50 {f(lat['p50'])} ms, "
                  f"p99 {f(lat['p99'])} ms; policy predict p50 {f(pred['p50'])} ms, p99 "
                  f"{f(pred['p99'])} ms; grasp retries "
                  f"{f(summary.get('policy_grasp_retries'), 'd')}")

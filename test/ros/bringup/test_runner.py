@@ -70,7 +70,14 @@ def test_one_episode_through_the_real_nodes(tiny_bringup_command, bringup_env,
         assert math.isfinite(summary["sim_lockstep_wait_ms"]["p50"])
         assert summary["sim_lockstep_resends"] >= 0
         assert "tracker ticks on joint_states, sim lockstep on" in result.stdout
+        # The policy's chunks by observation stamp over the episode's sim time: at most
+        # one per 10 Hz observation.
+        assert 0 < episode["chunks_in_span"] <= 10 * episode["elapsed_s"] + 1
+        assert summary["policy_chunk_rate_of"] == "episodes"
+        assert "stamped in the episodes, per sim second" in result.stdout
     else:
+        assert "chunks_in_span" not in episode
+        assert summary["policy_chunk_rate_of"] == "last_window"
         jitter = summary["tracker_period_error_ms"]
         assert all(math.isfinite(jitter[k]) for k in ("p50", "p99"))
         assert summary["tracker_tick_source"] == "timer"

@@ -53,6 +53,20 @@ def test_the_real_time_factor_is_the_episodes_sim_over_wall_time():
         "sim_real_time_factor"] == 0.34  # no wall times (the graph ran without --episodes)
 
 
+def test_the_chunk_rate_counts_the_episodes_chunks_by_stamp_over_their_sim_time():
+    diagnostics = {"policy_node": {"chunk_rate_hz": "13.5"}}  # a window across a reset
+    outcomes = [{"status": "success", "elapsed_s": 6.0, "chunks_in_span": 60},
+                {"status": "timeout", "elapsed_s": 20.0, "chunks_in_span": 198}]
+    s = summarize(outcomes, [], diagnostics, None)
+    assert s["policy_chunk_rate_hz"] == round(258 / 26.0, 3)
+    assert s["policy_chunk_rate_hz_last_window"] == 13.5
+    assert "9.9 /s at the policy, stamped in the episodes, per sim second" in format_summary(s)
+    # on the wall clock the episodes carry no counts: the diagnostics window stands in
+    s = summarize([{"status": "success", "elapsed_s": 6.0}], [], diagnostics, None)
+    assert s["policy_chunk_rate_hz"] == 13.5
+    assert "13.5 /s at the policy, its last diagnostics window" in format_summary(s)
+
+
 def test_the_cpu_line_names_each_process_per_sim_second():
     summary = {**summarize([], [], {}, None),
                "cpu_core_s_per_sim_s": {"sim_node": 1.18, "policy_node": 0.41, "total": 1.59}}
