@@ -444,14 +444,15 @@ class GraspCommander:
 
     def _chunks_in_scored_span(self, report: dict, first_chunk: int) -> dict:
         """``chunks_in_span``: the chunks received so far whose observation stamp lies in
-        the episode's scored span of sim time (``sim_time_s - elapsed_s`` to ``sim_time_s``
-        of its end report), whenever they arrived: the policy's chunk rate is that over
-        ``elapsed_s``. Only on sim time, where stamps and the report share a clock."""
+        the episode's scored span of sim time (from ``sim_time_s - elapsed_s`` of its end
+        report, up to but not including ``sim_time_s``), whenever they arrived: the
+        policy's chunk rate is that over ``elapsed_s``. Only on sim time, where stamps and
+        the report share a clock."""
         if not self.use_sim_time or report.get("sim_time_s") is None:
             return {}
         end_ns = round(float(report["sim_time_s"]) * 1e9)
         start_ns = end_ns - round(float(report["elapsed_s"]) * 1e9)
-        count = sum(start_ns <= stamp <= end_ns for stamp in self.chunk_stamps_ns[first_chunk:])
+        count = sum(start_ns <= stamp < end_ns for stamp in self.chunk_stamps_ns[first_chunk:])
         return {"chunks_in_span": count}
 
     def run_episode(self, instruction: str | None = None, switch_after_s: float | None = None,

@@ -134,9 +134,9 @@ def test_an_episodes_chunks_are_counted_by_stamp_within_its_scored_span():
     with GraspCommander(use_sim_time=True) as commander:
         for stamp_ms in (900, 1000, 1100, 2900, 3000, 3100):
             commander._on_chunk(_chunk(stamp_ms * ms), {"received_timestamp": 0})
-        report = {"sim_time_s": 3.0, "elapsed_s": 2.0}  # scored from 1.0 s to 3.0 s
-        assert commander._chunks_in_scored_span(report, 0) == {"chunks_in_span": 4}
-        assert commander._chunks_in_scored_span(report, 3) == {"chunks_in_span": 2}
+        report = {"sim_time_s": 3.0, "elapsed_s": 2.0}  # scored from 1.0 s until 3.0 s
+        assert commander._chunks_in_scored_span(report, 0) == {"chunks_in_span": 3}
+        assert commander._chunks_in_scored_span(report, 3) == {"chunks_in_span": 1}
     with GraspCommander(use_sim_time=False) as commander:  # stamps on another clock
         commander._on_chunk(_chunk(1000 * ms), {"received_timestamp": 0})
         assert commander._chunks_in_scored_span(report, 0) == {}
