@@ -94,7 +94,6 @@ class GraspCommander:
         self.chunks: list[list[float]] = []
         #: Each chunk's header stamp (the observation's, ns), per index in ``chunks``.
         self.chunk_stamps_ns: list[int] = []
-        self.use_sim_time = use_sim_time
         self._sim_to_wall = SimTimeToWall() if use_sim_time else None
         #: With ``latency_stages``: the same latency hop by hop, per index in ``chunks``.
         self.latency_stages = LatencyStages() if latency_stages else None
@@ -448,7 +447,7 @@ class GraspCommander:
         report, up to but not including ``sim_time_s``), whenever they arrived: the
         policy's chunk rate is that over ``elapsed_s``. Only on sim time, where stamps and
         the report share a clock."""
-        if not self.use_sim_time or report.get("sim_time_s") is None:
+        if self._sim_to_wall is None or report.get("sim_time_s") is None:
             return {}
         end_ns = round(float(report["sim_time_s"]) * 1e9)
         start_ns = end_ns - round(float(report["elapsed_s"]) * 1e9)

@@ -132,7 +132,7 @@ def format_summary(summary: dict) -> str:
                      f"{f(summary['wrong_object_rate'], '.2f')} ({c['wrong_object']}), timeouts "
                      f"{c['timeout']}")
     lines.append(f"chunks received {lat['count']} ({f(summary['policy_chunk_rate_hz'])} /s at "
-                 f"the policy, {RATE_OF[summary.get('policy_chunk_rate_of', 'last_window')]}); "
+                 f"the policy, {RATE_OF[summary['policy_chunk_rate_of']]}); "
                  f"observation stamp -> chunk received p50 {f(lat['p50'])} ms, "
                  f"p99 {f(lat['p99'])} ms; policy predict p50 {f(pred['p50'])} ms, p99 "
                  f"{f(pred['p99'])} ms; grasp retries "
