@@ -131,6 +131,7 @@ class PdTrackerNode(LeanEventsMixin, Node):
         self._ticks_total = 0
         self._efforts_sent = 0
         self._window = (0, time.perf_counter())
+        self._path_aborts_reported = 0
         self._published_fault = ""
         self._tracker_lock = threading.Lock()
         self._pending_chunks: collections.deque[ActionChunk] = collections.deque(maxlen=4)
@@ -228,8 +229,9 @@ class PdTrackerNode(LeanEventsMixin, Node):
             decision = self.tracker.submit_chunk(chunk, self._now_s())
         if decision.accepted:
             return
-        if decision.reason is RejectReason.SAME_STAMP:
-            # Normal when the policy ticks before a new observation: counted, not an error.
+        if decision.reason in (RejectReason.SAME_STAMP, RejectReason.BEFORE_PATH_ABORT):
+            # Counted, not errors: a policy ticking before a new observation, and the chunk
+            # that was in flight when the path was aborted (the abort itself is warned of).
             self.get_logger().debug(f"skipped action chunk: {decision.detail}")
             return
         self._report(f"chunk_{decision.reason.value}",
@@ -294,6 +296,7 @@ class PdTrackerNode(LeanEventsMixin, Node):
         self._window = (ticks, now)
         with self._tracker_lock:
             info = self.tracker.diagnostics()
+        self._report_path_aborts(info["path_aborts"])
         status = DiagnosticStatus(name=f"{self.get_name()}: pd tracker", hardware_id="arm")
         mode = info["mode"]
         if mode == TrackerMode.FAULT.value and self.states.latest is None:
@@ -335,6 +338,18 @@ class PdTrackerNode(LeanEventsMixin, Node):
         msg = DiagnosticArray(status=[status])
         msg.header.stamp = self.get_clock().now().to_msg()
         self.publishing.publish(self.diag_pub, msg)
+
+    def _report_path_aborts(self, total: int) -> None:
+        """One WARN per diagnostics period in which the arm left its path (blocked, pushed
+        hard, or put back home by a simulator reset)."""
+        new = total - self._path_aborts_reported
+        if new <= 0:
+            return
+        self._path_aborts_reported = total
+        self.get_logger().warning(
+            f"arm farther than path_tolerance ({self.config.path_tolerance:g} rad) from its "
+            f"reference {new} time(s): plan dropped, holding at the measured state; chunks "
+            f"planned before it are skipped [{total} so far]")
 
 
 def main(args=None) -> None:

@@ -207,7 +207,8 @@ def test_readme_instruction_makes_the_simulated_arm_lift_the_red_cube(
         policy
     # None of the ERRORs the tracker used to log in normal operation (a loaded machine may
     # still show a late chunk's).
-    normal = ("no joint_states yet", "not_newer", "same_stamp", "incompatible QoS")
+    normal = ("no joint_states yet", "not_newer", "same_stamp", "before_path_abort",
+              "incompatible QoS")
     assert [e for e in _errors(launch.log()) if any(n in e for n in normal)] == []
     assert launch.interrupt() == [], launch.log()
     assert launch.log().count("process has finished cleanly") == 4, launch.log()

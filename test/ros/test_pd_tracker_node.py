@@ -177,6 +177,21 @@ def test_tracker_commands_at_rate_within_limits_and_handles_faults(ros, tracker_
     assert "waiting for the first joint_states" in log and "no joint_states yet" not in log
     assert "same_stamp" not in log
 
+    # The arm pushed 0.5 rad off its path: the plan is dropped (a WARN, counted), and a
+    # chunk planned from before that is skipped without an ERROR.
+    before_push = ros.node.get_clock().now().to_msg()
+    h.q = [Q0[0] + 0.5] + Q0[1:]
+    ros.spin_until(lambda: int(h.diagnostics()[1].get("path_aborts", 0)) >= 1, 10.0,
+                   lambda: f"a path abort: {h.diagnostics()}")
+    h.chunk(offset_rad=0.1, stamp=before_push)
+    ros.spin_until(lambda: int(h.diagnostics()[1].get("chunks_rejected_before_path_abort",
+                                                      0)) >= 1, 10.0,
+                   lambda: f"the chunk from before the abort skipped: {h.diagnostics()}")
+    ros.spin_until(lambda: "holding at the measured state" in tracker_node.log(), 10.0,
+                   lambda: tracker_node.log())
+    assert "before_path_abort" not in tracker_node.log()
+    assert tracker_node.alive(), tracker_node.log()
+
 
 def test_ticking_on_joint_states_answers_each_state_once(ros, start_node):
     """tick_source joint_states (sim_node's lockstep): the law runs on its own thread per
