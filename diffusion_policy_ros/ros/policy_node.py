@@ -34,9 +34,11 @@ reason, without an instruction, with observations or joint_states older than
 at the node's clock (inputs stamped earlier are dropped) and a chunk still
 computing from older frames is discarded (``discarded_after_restart``): after a
 simulated reset the first chunks see only the new episode, padded from its first
-frame as in training. A gripper that closed on nothing is re-opened for a moment
-(``grasp_retry.*``, ``policy.grasp_retry.EmptyGraspRetry``; counted in
-``grasp_retries_total``), so the policy grasps again.
+frame as in training; until that first frame pairs (at most ``max_obs_age_s``) the
+``no_observation`` refusal is counted but not logged as a warning. A gripper that
+closed on nothing is re-opened for a moment (``grasp_retry.*``,
+``policy.grasp_retry.EmptyGraspRetry``; counted in ``grasp_retries_total``), so the
+policy grasps again.
 
 Threading: inference runs on the node's own worker thread, never on the executor's:
 the frame callbacks and the ``rate_hz`` timer (its own callback group; with
@@ -92,7 +94,11 @@ from diffusion_policy_ros.policy.grasp_retry import EmptyGraspRetry
 from diffusion_policy_ros.policy.kinematics import urdf_kinematics
 from diffusion_policy_ros.policy.language import normalize_instruction
 from diffusion_policy_ros.policy.node_config import PolicyNodeConfig
-from diffusion_policy_ros.policy.observation_history import ObservationHistory, Refusal
+from diffusion_policy_ros.policy.observation_history import (
+    NO_OBSERVATION,
+    ObservationHistory,
+    Refusal,
+)
 from diffusion_policy_ros.policy.runner import PolicyRunner
 from diffusion_policy_ros.policy.runtime_backends import BackendError
 from diffusion_policy_ros.ros.conversions import (
@@ -477,6 +483,15 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
         selection = self.history.select(now_ns, c.n_obs_steps, c.action_dt_s,
                                         self.config.max_obs_age_s)
         if isinstance(selection, Refusal):
+            if selection.reason == NO_OBSERVATION and self.history.awaiting_first_frame(
+                    now_ns, self.config.max_obs_age_s):
+                # A new task cleared the history and its first frame is on its way:
+                # counted, not warned about unless it stays away longer than max_obs_age_s.
+                self._refusal = selection
+                self.refusals.counts[selection.reason] += 1
+                self.get_logger().debug(f"not acting yet ({selection.reason}): "
+                                        f"{selection.detail}")
+                return
             self._refuse(selection.reason, selection.detail)
             return
         noise = None

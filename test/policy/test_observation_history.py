@@ -203,9 +203,15 @@ def test_restart_drops_what_came_before_and_pads_from_the_new_first_frame():
     h = ObservationHistory(NAMES, keep_s=2.0)
     stamps = stream(h, seconds=1.0)
     cut = stamps[-1] + 5 * MS  # a new instruction: the sim reset the scene here
+    assert not h.awaiting_first_frame(cut, 0.5)  # never restarted: a missing camera
     h.restart(cut)
     assert h.generation == 1 and len(h) == 0
-    assert isinstance(h.select(cut, 2, 0.1, 0.5), Refusal)
+    r = h.select(cut + 200 * MS, 2, 0.1, 0.5)
+    assert r.reason == NO_OBSERVATION and "since the restart for a new task 0.200 s ago" \
+        in r.detail
+    # The new task's first frame is on its way for max_obs_age_s, then it is missing.
+    assert h.awaiting_first_frame(cut + 500 * MS, 0.5)
+    assert not h.awaiting_first_frame(cut + 501 * MS, 0.5)
     # In flight from before the reset: the last old frame and joint_states are dropped.
     add_frame(h, stamps[-1], 99)
     add_joints(h, stamps[-1], 0.0)
@@ -213,6 +219,7 @@ def test_restart_drops_what_came_before_and_pads_from_the_new_first_frame():
     add_joints(h, cut, 5.0)
     add_frame(h, cut + MS, 7)
     sel = h.select(cut + MS, 2, 0.1, 0.5)
+    assert not h.awaiting_first_frame(cut + MS, 0.5)
     assert sel.frame_stamps_ns == (cut + MS, cut + MS) and sel.short
     assert sel.observations[0]["image"][0, 0, 0] == 7
     assert sel.observations[0]["joint_positions"][0] == 5.0

@@ -294,6 +294,15 @@ def test_refusals_instruction_change_and_start_stop(ros, start_node, assets):
     ros.spin_until(lambda: refusal_is("stale_observation")()
                    and h.count("watchdog_ticks") > watchdog, 5.0,
                    lambda: f"stale after the stream stopped: {h.diagnostics()}")
+    # A new task with no camera: the first frame is awaited quietly for max_obs_age_s
+    # (a reset's first frame can be late), then the refusal is a warning.
+    h.instruct("lift the green cube")
+    ros.spin_until(refusal_is("no_observation"), 5.0,
+                   lambda: f"no_observation after a new task: {h.diagnostics()}")
+    ros.spin_until(lambda: "not acting (no_observation): no image+points pair since the "
+                   "restart for a new task" in node.log(), 10.0,
+                   lambda: f"no warning once the first frame stayed away:\n{node.log()}")
+    assert h.count("refused_no_observation") > 0
     assert node.alive(), node.log()
 
 
