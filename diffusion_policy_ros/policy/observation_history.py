@@ -109,7 +109,6 @@ class ObservationHistory:
         self._js_stamps: list[int] = []
         self._js_rows: list[np.ndarray] = []
         self._start_ns: int | None = None
-        self._restarted_at_ns: int | None = None
         self.generation = 0
         """Incremented by every ``restart``."""
         self.paired_total = 0
@@ -203,16 +202,15 @@ class ObservationHistory:
             self._clear_camera()
             self._js_stamps, self._js_rows = [], []
             self._start_ns = start_ns
-            self._restarted_at_ns = start_ns
             self.generation += 1
 
     def awaiting_first_frame(self, now_ns: int, window_s: float) -> bool:
         """True while no frame has paired since a restart at most ``window_s`` ago: the new
         task's first observation is on its way (normal at every episode start), not a
-        camera that stopped."""
+        camera that stopped. A clock jump back (bag loop) ends the wait."""
         with self._lock:
-            return (not self._frames and self._restarted_at_ns is not None
-                    and now_ns - self._restarted_at_ns <= int(window_s * 1e9))
+            return (not self._frames and self._start_ns is not None
+                    and 0 <= now_ns - self._start_ns <= int(window_s * 1e9))
 
     # -- selection ----------------------------------------------------------------------------
 
@@ -232,9 +230,9 @@ class ObservationHistory:
                           "observation/points with equal stamps)")
                 if self.images_total or self.points_total:
                     since = "yet"
-                    if self._restarted_at_ns is not None:
+                    if self._start_ns is not None:
                         since = (f"since the restart for a new task "
-                                 f"{(now_ns - self._restarted_at_ns) * 1e-9:.3f} s ago")
+                                 f"{(now_ns - self._start_ns) * 1e-9:.3f} s ago")
                     detail = (f"no image+points pair {since} ({self.images_total} images, "
                               f"{self.points_total} clouds received in all, {pending} pending "
                               "without a partner of the same stamp)")

@@ -223,8 +223,13 @@ def test_restart_drops_what_came_before_and_pads_from_the_new_first_frame():
     assert sel.frame_stamps_ns == (cut + MS, cut + MS) and sel.short
     assert sel.observations[0]["image"][0, 0, 0] == 7
     assert sel.observations[0]["joint_positions"][0] == 5.0
-    # A bag loop far behind the cut is a new clock, not a stale frame.
-    add_frame(h, T0, 3)
+    # A bag loop far behind the cut is a new clock, not a stale frame, and no longer the
+    # new task's first frame on its way.
+    h.restart(cut + 2 * MS)
+    assert h.awaiting_first_frame(cut + 2 * MS, 0.5)
+    h.add_image(T0, image(3))
+    assert not h.awaiting_first_frame(T0, 0.5) and not h.awaiting_first_frame(cut + 2 * MS, 0.5)
+    h.add_points(T0, *cloud(3.0))
     assert len(h) == 1 and h.drops["before_restart"] == 3
 
 
