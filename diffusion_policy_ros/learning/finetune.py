@@ -55,6 +55,7 @@ import torch.utils.checkpoint
 from tqdm import tqdm
 
 from diffusion_policy_ros.errors import RunStopped
+from diffusion_policy_ros.learning.distributed import init_distributed, training_precision
 from diffusion_policy_ros.learning.finetune_config import FinetuneConfig
 from diffusion_policy_ros.learning.optimizer_state import STATE_JSON
 from diffusion_policy_ros.learning.ppo import (
@@ -72,7 +73,6 @@ from diffusion_policy_ros.learning.rl_env import (
     NonFiniteStepError,
     RewardConfig,
 )
-from diffusion_policy_ros.learning.train import _init_distributed, _precision
 from diffusion_policy_ros.policy.checkpoint import load_checkpoint, save_checkpoint
 from diffusion_policy_ros.policy.devices import autocast_context
 from diffusion_policy_ros.policy.features import IMAGE, LANGUAGE, POINTS_RGB, POINTS_XYZ, STATE
@@ -459,10 +459,10 @@ def finetune(init: str | Path, config: FinetuneConfig, out: str | Path, resume: 
     env seed or the dead worker); ``FileExistsError`` for a used ``out`` without ``resume``.
     """
     out = Path(out)
-    d, device = _init_distributed(config.device)
+    d, device = init_distributed(config.device)
     if config.num_threads:
         torch.set_num_threads(config.num_threads)
-    precision = _precision(config.precision, device)
+    precision = training_precision(config.precision, device)
     update_threads = update_thread_count(config)
     if d.world > 1:
         dist.barrier()

@@ -40,6 +40,7 @@ from diffusion_policy_ros.learning.dataset import (
     load_episodes,
     split_episodes,
 )
+from diffusion_policy_ros.learning.distributed import init_distributed, training_precision
 from diffusion_policy_ros.learning.optimizer_state import (
     STATE_JSON,
     STATE_TENSORS,
@@ -49,13 +50,12 @@ from diffusion_policy_ros.learning.optimizer_state import (
 from diffusion_policy_ros.learning.train_config import TrainConfig
 from diffusion_policy_ros.policy.checkpoint import load_checkpoint, save_checkpoint
 from diffusion_policy_ros.policy.configuration_diffusion import DiffusionPolicyConfig
-from diffusion_policy_ros.policy.devices import autocast_context, resolve_device
+from diffusion_policy_ros.policy.devices import autocast_context
 from diffusion_policy_ros.policy.language import LanguageEmbedder
 from diffusion_policy_ros.policy.modeling_diffusion import DiffusionPolicy
 
 CHECKPOINT_DIR = "checkpoint"
 LOG = "log.jsonl"
-BACKENDS = {"cuda": "nccl", "npu": "hccl", "cpu": "gloo"}
 
 
 class _Loss(nn.Module):
@@ -67,36 +67,6 @@ class _Loss(nn.Module):
 
     def forward(self, batch):
         return self.policy.compute_loss(batch)
-
-
-@dataclasses.dataclass
-class _Dist:
-    rank: int = 0
-    world: int = 1
-    local_rank: int = 0
-
-    @property
-    def main(self) -> bool:
-        return self.rank == 0
-
-
-def _init_distributed(device_name: str) -> tuple[_Dist, torch.device]:
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world == 1:
-        return _Dist(), resolve_device(device_name)
-    d = _Dist(int(os.environ["RANK"]), world, int(os.environ.get("LOCAL_RANK", "0")))
-    device = resolve_device(device_name)
-    if device.type != "cpu":
-        device = torch.device(device.type, d.local_rank)
-        getattr(torch, device.type).set_device(device)
-    dist.init_process_group(BACKENDS[device.type], rank=d.rank, world_size=world)
-    return d, device
-
-
-def _precision(name: str, device: torch.device) -> str:
-    if name != "auto":
-        return name
-    return "bf16" if device.type in ("cuda", "npu") else "fp32"
 
 
 def _to(batch: dict, device: torch.device) -> dict:
@@ -189,10 +159,10 @@ def train(data_dir: str | Path | Sequence[str | Path], policy_config: DiffusionP
     directory (``out/checkpoint``)."""
     data_dirs = [data_dir] if isinstance(data_dir, str | Path) else list(data_dir)
     out = Path(out)
-    d, device = _init_distributed(config.device)
+    d, device = init_distributed(config.device)
     if config.num_threads:
         torch.set_num_threads(config.num_threads)
-    precision = _precision(config.precision, device)
+    precision = training_precision(config.precision, device)
     fresh = not (out.exists() and any(out.iterdir()))
     if d.world > 1:
         dist.barrier()  # every rank looked before rank 0 writes anything
