@@ -219,9 +219,13 @@ class ThrottledReasons:
         self.counts: collections.Counter[str] = collections.Counter()
         self._last_log: dict[str, float] = {}
 
+    def count(self, reason: str) -> None:
+        """Count one ``reason`` that is not to be logged; its log window stays as it was."""
+        self.counts[reason] += 1
+
     def record(self, reason: str, now_s: float) -> bool:
         """Count one ``reason``; True when it should be logged now."""
-        self.counts[reason] += 1
+        self.count(reason)
         last = self._last_log.get(reason)
         if last is None or now_s - last >= self.period_s:
             self._last_log[reason] = now_s

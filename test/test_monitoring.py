@@ -23,6 +23,9 @@ def test_throttled_reasons_count_everything_and_log_each_reason_once_per_period(
     # Another reason has its own period: a flood of one never hides the other.
     assert reasons.record("wrong_length", 0.6) and not reasons.record("wrong_length", 1.0)
     assert reasons.counts == {"non_finite": 6, "wrong_length": 2}
+    # Counted quietly, a reason keeps its log window: the first record still logs.
+    reasons.count("no_observation")
+    assert reasons.record("no_observation", 5.0) and reasons.counts["no_observation"] == 2
 
 
 def test_blocking_watch_counts_stalls_and_reports_the_longest_call_once():

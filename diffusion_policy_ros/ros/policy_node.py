@@ -409,9 +409,15 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
 
     # -- inference ----------------------------------------------------------------------------
 
-    def _refuse(self, reason: str, detail: str) -> None:
+    def _refuse(self, reason: str, detail: str, warn: bool = True) -> None:
+        """Not acting: the refusal is kept for diagnostics and counted; a WARN (per reason
+        at most every 2 s) unless ``warn`` is False, which logs at debug level and leaves
+        the reason's WARN window untouched."""
         self._refusal = Refusal(reason, detail)
-        if self.refusals.record(reason, time.monotonic()):
+        if not warn:
+            self.refusals.count(reason)
+            self.get_logger().debug(f"not acting yet ({reason}): {detail}")
+        elif self.refusals.record(reason, time.monotonic()):
             self.get_logger().warning(f"not acting ({reason}): {detail} "
                                       f"[{self.refusals.counts[reason]} so far]")
 
@@ -483,16 +489,11 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
         selection = self.history.select(now_ns, c.n_obs_steps, c.action_dt_s,
                                         self.config.max_obs_age_s)
         if isinstance(selection, Refusal):
-            if selection.reason == NO_OBSERVATION and self.history.awaiting_first_frame(
-                    now_ns, self.config.max_obs_age_s):
-                # A new task cleared the history and its first frame is on its way:
-                # counted, not warned about unless it stays away longer than max_obs_age_s.
-                self._refusal = selection
-                self.refusals.counts[selection.reason] += 1
-                self.get_logger().debug(f"not acting yet ({selection.reason}): "
-                                        f"{selection.detail}")
-                return
-            self._refuse(selection.reason, selection.detail)
+            # After a new task cleared the history its first frame is on its way: counted,
+            # not warned about unless it stays away longer than max_obs_age_s.
+            awaited = selection.reason == NO_OBSERVATION and \
+                self.history.awaiting_first_frame(now_ns, self.config.max_obs_age_s)
+            self._refuse(selection.reason, selection.detail, warn=not awaited)
             return
         noise = None
         if self.config.seed >= 0:  # a reproducible sequence, restarted with every task
