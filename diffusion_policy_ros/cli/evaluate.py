@@ -43,6 +43,10 @@ def add_parser(sub) -> None:
     evaluation.add_argument("--grasp-retry", choices=("on", "off"), help="re-open a gripper "
                             "that closed on nothing, as policy_node does (default: "
                             "config/policy_node.yaml's grasp_retry.enabled)")
+    evaluation.add_argument("--grasp-lift", choices=("on", "off"), help="lift a grasp that "
+                            "stalled wide on the table (a cube held across its corners), as "
+                            "policy_node does (default: config/policy_node.yaml's "
+                            "grasp_lift.enabled)")
     evaluation.add_argument("--ros", action="store_true", help="run the episodes through the "
                             "real nodes over ROS (dpr bringup --episodes) instead of in "
                             "process: real latency, real time")
@@ -79,6 +83,8 @@ def _policy_params(args: argparse.Namespace) -> list[str]:
         params.append(f"num_samples:={args.samples}")
     if args.grasp_retry:
         params.append(f"grasp_retry.enabled:={str(args.grasp_retry == 'on').lower()}")
+    if args.grasp_lift:
+        params.append(f"grasp_lift.enabled:={str(args.grasp_lift == 'on').lower()}")
     return params
 
 
@@ -93,7 +99,9 @@ def run(args: argparse.Namespace) -> int:
                                  num_samples=args.samples, depth_noise=args.depth_noise,
                                  backend=args.backend, precision=args.precision,
                                  grasp_retry=(None if args.grasp_retry is None
-                                              else args.grasp_retry == "on"))
+                                              else args.grasp_retry == "on"),
+                                 grasp_lift=(None if args.grasp_lift is None
+                                             else args.grasp_lift == "on"))
     print(json.dumps(summary, indent=2))
     if args.report:
         write_report(args.report, summary, outcomes)

@@ -20,10 +20,11 @@ sampling; ``fixed`` starts every chunk from the same seeded noise (the earlier
 default, which succeeded less often on the plain task than the stream with the same
 weights and seeds: docs/training.md, "Shipped policy"); ``fresh`` draws unseeded noise.
 
-Grasp retry (``grasp_retry``): as ``policy_node`` does with its default parameters
-(``config/policy_node.yaml``), a gripper that closed on nothing is re-opened for a
-moment (``policy.grasp_retry``); off, the policy's chunks are executed unchanged.
-Each episode's re-openings are in its record.
+Grasp recovery (``grasp_retry``, ``grasp_lift``): as ``policy_node`` does with its
+default parameters (``config/policy_node.yaml``), a gripper that closed on nothing is
+re-opened for a moment (``policy.grasp_retry``) and a grasp that stalled wide on the
+table is lifted (``policy.grasp_lift``); with both off the policy's chunks are executed
+unchanged. Each episode's re-openings and lifts are in its record.
 
 ``media_dir``: per episode a GIF of the camera view with the end-effector
 path of each chunk drawn in (forward kinematics of its joint positions) and a
@@ -41,13 +42,15 @@ from pathlib import Path
 
 import numpy as np
 
+from diffusion_policy_ros.description import URDF_PATH
 from diffusion_policy_ros.perception.image_decoding import decode_color
-from diffusion_policy_ros.policy.grasp_retry import EmptyGraspRetry
-from diffusion_policy_ros.policy.node_config import configured_grasp_retry
+from diffusion_policy_ros.policy.grasp_recovery import GraspRecovery
+from diffusion_policy_ros.policy.kinematics import urdf_kinematics
+from diffusion_policy_ros.policy.node_config import configured_policy_node
 from diffusion_policy_ros.policy.runner import PolicyRunner
 from diffusion_policy_ros.sim.env import GraspEnv
 from diffusion_policy_ros.sim.ik import TcpIk
-from diffusion_policy_ros.sim.scene import JOINT_NAMES
+from diffusion_policy_ros.sim.scene import ARM_JOINT_NAMES, JOINT_NAMES
 from diffusion_policy_ros.sim.sim_config import load_sim_config
 from diffusion_policy_ros.sim.task import (
     SWITCH_AFTER_S,
@@ -73,6 +76,7 @@ class EpisodeOutcome:
     episode_time_s: float
     chunk_latency_ms: list[float]
     grasp_retries: int = 0
+    grasp_lifts: int = 0
 
 
 def _template_of(instruction: str) -> str:
@@ -125,13 +129,14 @@ def run_policy_episode(env: GraspEnv, runner: PolicyRunner, seed: int,
                        instruction_mode: str = "task",
                        media_dir: str | Path | None = None,
                        noise: str = "stream",
-                       grasp_retry: EmptyGraspRetry | None = None) -> EpisodeOutcome:
+                       grasp_recovery: GraspRecovery | None = None) -> EpisodeOutcome:
     if noise not in NOISE_MODES:
         raise ValueError(f"noise must be one of {NOISE_MODES}, got {noise!r}")
     obs, info = env.reset(seed)
-    if grasp_retry is not None:
-        grasp_retry.restart()
-        retries_before = grasp_retry.retries_total
+    if grasp_recovery is not None:
+        grasp_recovery.restart()
+        retries_before = grasp_recovery.retries_total
+        lifts_before = grasp_recovery.lifts_total
     task = info["task"]
     instruction = task.instruction
     if instruction_mode in ("wrong", "switch"):
@@ -152,14 +157,14 @@ def run_policy_episode(env: GraspEnv, runner: PolicyRunner, seed: int,
                 # As policy_node does on every instruction: a new history from this frame.
                 instruction = task.instruction
                 history.extend([obs] * n_obs)
-                if grasp_retry is not None:  # a new task, as policy_node's new instruction
-                    grasp_retry.restart()
+                if grasp_recovery is not None:  # a new task, as policy_node's new instruction
+                    grasp_recovery.restart()
             t0 = time.perf_counter()
             chunk = runner.predict(list(history), instruction, noise=chunk_noise)
             latencies.append((time.perf_counter() - t0) * 1e3)
-            if grasp_retry is not None:
-                chunk = grasp_retry.apply(chunk, history[-1]["joint_positions"][-1],
-                                          history[-1]["stamp_s"])
+            if grasp_recovery is not None:
+                chunk = grasp_recovery.apply(chunk, history[-1]["joint_positions"],
+                                             history[-1]["stamp_s"])
             if media:
                 media.chunk(chunk, latencies[-1])
                 media.frame(f"'{instruction}'")
@@ -172,8 +177,10 @@ def run_policy_episode(env: GraspEnv, runner: PolicyRunner, seed: int,
     outcome = EpisodeOutcome(seed, state.target, instruction, _template_of(instruction),
                              state.success, state.wrong_object, state.timed_out,
                              state.elapsed_s, latencies,
-                             grasp_retry.retries_total - retries_before
-                             if grasp_retry is not None else 0)
+                             grasp_recovery.retries_total - retries_before
+                             if grasp_recovery is not None else 0,
+                             grasp_recovery.lifts_total - lifts_before
+                             if grasp_recovery is not None else 0)
     if media:
         media.write(Path(media_dir), f"episode_{seed}", f"'{instruction}': {_result(outcome)}")
     return outcome
@@ -195,6 +202,7 @@ def summarize(outcomes: list[EpisodeOutcome]) -> dict:
         "timeout_rate": rate(outcomes, lambda o: o.timed_out),
         "grasp_retries": int(sum(o.grasp_retries for o in outcomes)),
         "episodes_with_grasp_retries": int(sum(o.grasp_retries > 0 for o in outcomes)),
+        "episodes_with_grasp_lifts": int(sum(o.grasp_lifts > 0 for o in outcomes)),
         "chunk_latency_ms_p50": float(np.median(latency)),
         "chunk_latency_ms_p99": float(np.percentile(latency, 99)),
         "per_target": {k[1]: rate(v, lambda o: o.success) for k, v in sorted(by.items())
@@ -214,11 +222,12 @@ def evaluate(checkpoint: str | Path, episodes: int = 100, seed: int = 0,
              depth_noise: bool = False,
              backend: str = "torch",
              grasp_retry: bool | None = None,
+             grasp_lift: bool | None = None,
              precision: str = "fp32") -> tuple[dict, list[EpisodeOutcome]]:
     """Closed-loop episodes with seeds ``seed .. seed + episodes - 1`` (``depth_noise``:
     the simulated Kinect's time-of-flight noise and dropouts on, a robustness check; the
     demonstrations are recorded without; ``grasp_retry``: None = as policy_node's
-    config/policy_node.yaml)."""
+    config/policy_node.yaml; ``grasp_lift`` likewise)."""
     if instruction_mode not in INSTRUCTION_MODES:
         raise ValueError(f"instruction_mode must be one of {INSTRUCTION_MODES}")
     runner = PolicyRunner.from_checkpoint(checkpoint, joint_names=list(JOINT_NAMES),
@@ -230,26 +239,36 @@ def evaluate(checkpoint: str | Path, episodes: int = 100, seed: int = 0,
                                  chunk_horizon=runner.config.horizon,
                                  chunk_dt_s=runner.config.action_dt_s)
     runner.warmup("pick up the red cube")  # one-off costs stay out of the latency figures
-    retry_config = configured_grasp_retry()
+    node_config = configured_policy_node()
+    retry_config, lift_config = node_config.grasp_retry(), node_config.grasp_lift()
     if grasp_retry is not None:
         retry_config.enabled = grasp_retry
-    retry = EmptyGraspRetry(retry_config) if retry_config.enabled else None
+    if grasp_lift is not None:
+        lift_config.enabled = grasp_lift
+    recovery = None
+    if retry_config.enabled or lift_config.enabled:
+        recovery = GraspRecovery(retry_config, lift_config,
+                                 urdf_kinematics(URDF_PATH, ARM_JOINT_NAMES,
+                                                 node_config.tool_link),
+                                 runner.config.action_dt_s)
     outcomes = []
     with GraspEnv(config) as env:
         for i in range(episodes):
             outcomes.append(run_policy_episode(env, runner, seed + i, instruction_mode,
-                                               media_dir, noise, retry))
+                                               media_dir, noise, recovery))
             if progress:
                 o = outcomes[-1]
                 retried = f", {o.grasp_retries} grasp retries" if o.grasp_retries else ""
+                retried += f", {o.grasp_lifts} grasp lift" if o.grasp_lifts else ""
                 print(f"[{i + 1}/{episodes}] seed {o.seed} {o.target}: {_result(o)} "
                       f"({o.episode_time_s:.1f} s, '{o.instruction}'{retried})", flush=True)
     policy = {"checkpoint": str(checkpoint), "backend": backend, "precision": precision,
               "num_inference_steps": runner.num_inference_steps,
               "num_samples": runner.num_samples}
-    return {**summarize(outcomes), "grasp_retry": retry is not None,
-            "grasp_retry_max_retries": retry_config.max_retries if retry else None,
-            "policy": policy}, outcomes
+    return {**summarize(outcomes), "grasp_retry": retry_config.enabled,
+            "grasp_retry_max_retries": retry_config.max_retries if retry_config.enabled
+            else None,
+            "grasp_lift": lift_config.enabled, "policy": policy}, outcomes
 
 
 def write_report(path: str | Path, summary: dict, outcomes: list[EpisodeOutcome]) -> None:

@@ -38,7 +38,9 @@ frame as in training; until that first frame pairs (at most ``max_obs_age_s``) t
 ``no_observation`` refusal is counted but not logged as a warning. A gripper that
 closed on nothing is re-opened for a moment (``grasp_retry.*``,
 ``policy.grasp_retry.EmptyGraspRetry``; counted in ``grasp_retries_total``), so the
-policy grasps again.
+policy grasps again; a grasp that stalled wide on the table (a cube held across its
+corners) is lifted (``grasp_lift.*``, ``policy.grasp_lift.StalledGraspLift``, on the
+URDF's kinematics; ``grasp_lifts_total``), which the policy itself never does.
 
 Threading: inference runs on the node's own worker thread, never on the executor's:
 the frame callbacks and the ``rate_hz`` timer (its own callback group; with
@@ -90,7 +92,7 @@ from diffusion_policy_ros.perception.frame_schedule import FrameRateSchedule
 from diffusion_policy_ros.perception.image_decoding import FrameRejected, decode_color
 from diffusion_policy_ros.policy.checkpoint import CheckpointError
 from diffusion_policy_ros.policy.devices import DeviceUnavailableError
-from diffusion_policy_ros.policy.grasp_retry import EmptyGraspRetry
+from diffusion_policy_ros.policy.grasp_recovery import GraspRecovery
 from diffusion_policy_ros.policy.kinematics import urdf_kinematics
 from diffusion_policy_ros.policy.language import normalize_instruction
 from diffusion_policy_ros.policy.node_config import PolicyNodeConfig
@@ -179,10 +181,10 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
                             else None)
         self._last_tick_mark_ns: int | None = None  # node clock
         self.discarded_after_restart = 0
-        self.grasp_retry = EmptyGraspRetry(cfg.grasp_retry())
+        self.grasp_recovery: GraspRecovery | None = None  # made by configure
         self._noise = None  # noise_stream of the current task when `seed` >= 0
         self._noise_generation = -1
-        self._retry_generation = -1  # the history generation grasp_retry's task belongs to
+        self._retry_generation = -1  # the history generation grasp_recovery's task belongs to
         self._work = threading.Condition()
         self._tick_due = False
         self._embed_due = ""
@@ -259,6 +261,11 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
             return self._fail(f"cannot load checkpoint '{cfg.checkpoint}' on device "
                               f"'{cfg.device}' ({type(exc).__name__}: {exc})")
         load_ms = (time.perf_counter() - t0) * 1e3
+        fk, problem = self._load_fk() if cfg.publish_markers or cfg.grasp_lift_enabled \
+            else (None, "")
+        if fk is None and cfg.grasp_lift_enabled:
+            return self._fail(f"grasp_lift.enabled needs the arm's kinematics: {problem} "
+                              f"(or set grasp_lift.enabled:=false)")
         warmup = []
         try:
             for i in range(cfg.warmup_iterations):
@@ -273,7 +280,12 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
         self._times_from_start = [duration_msg(k * c.action_dt_s) for k in range(c.horizon)]
         self.history.keep_s = max(self.history.keep_s,
                                   (c.n_obs_steps - 1) * c.action_dt_s + cfg.max_obs_age_s + 0.5)
-        self._fk = self._load_fk() if cfg.publish_markers else None
+        if fk is None and cfg.publish_markers:
+            self.get_logger().warning(f"policy/markers disabled: {problem}")
+        self._fk = fk if cfg.publish_markers else None
+        self.grasp_recovery = GraspRecovery(cfg.grasp_retry(), cfg.grasp_lift(), fk,
+                                            c.action_dt_s)
+        self._retry_generation = -1
         self._warmup_ms = warmup
         self._first_chunk_ms = None
         self._error = ""
@@ -288,14 +300,14 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
         return _SUCCESS
 
     def _load_fk(self):
+        """(the URDF's chain root -> joint_names -> tool_link, "") or (None, why not)."""
         cfg = self.config
         try:
-            return urdf_kinematics(cfg.urdf_file or URDF_PATH, cfg.joint_names, cfg.tool_link)
-        except Exception as exc:  # noqa: BLE001 - markers are optional
-            self.get_logger().warning(f"policy/markers disabled: cannot read the arm's "
-                                      f"kinematics from '{cfg.urdf_file or URDF_PATH}' "
-                                      f"({type(exc).__name__}: {exc})")
-            return None
+            return urdf_kinematics(cfg.urdf_file or URDF_PATH, cfg.joint_names,
+                                   cfg.tool_link), ""
+        except Exception as exc:  # noqa: BLE001 - reported by the caller
+            return None, (f"cannot read the arm's kinematics from "
+                          f"'{cfg.urdf_file or URDF_PATH}' ({type(exc).__name__}: {exc})")
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         self._stopped = False
@@ -519,11 +531,12 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
         if self.history.generation != generation:
             self.discarded_after_restart += 1  # a new task began while this was computed
             return
+        recovery = self.grasp_recovery
         if self._retry_generation != generation:
-            self.grasp_retry.restart()
+            recovery.restart()
             self._retry_generation = generation
-        chunk = self.grasp_retry.apply(chunk, selection.observations[-1]["joint_positions"][-1],
-                                       selection.stamp_ns * 1e-9)
+        chunk = recovery.apply(chunk, selection.observations[-1]["joint_positions"],
+                               selection.stamp_ns * 1e-9)
         stamp = ns_to_stamp(selection.stamp_ns)
         msg = JointTrajectory(joint_names=self.joint_names)
         msg.header.stamp = stamp
@@ -629,7 +642,10 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
             "watchdog_ticks": str(self.watchdog_ticks),
             "history_restarts": str(h.generation),
             "discarded_after_restart": str(self.discarded_after_restart),
-            "grasp_retries_total": str(self.grasp_retry.retries_total),
+            "grasp_retries_total": str(self.grasp_recovery.retries_total
+                                       if self.grasp_recovery else 0),
+            "grasp_lifts_total": str(self.grasp_recovery.lifts_total
+                                     if self.grasp_recovery else 0),
             "first_chunk_ms": (f"{self._first_chunk_ms:.2f}" if self._first_chunk_ms is not None
                                else ""),
             "warmup_ms": ", ".join(f"{w:.1f}" for w in self._warmup_ms),

@@ -103,6 +103,7 @@ def test_closed_loop_evaluation_runs_a_checkpoint(tiny_checkpoint, tmp_path):
         assert (policy["backend"], policy["precision"], policy["num_samples"]) == (
             "torch", precision, 2) and policy["num_inference_steps"] >= 1
         assert summary["grasp_retry"] and summary["grasp_retry_max_retries"] == 2  # the yaml's
+        assert summary["grasp_lift"] and outcomes[0].grasp_lifts in (0, 1)
         if mode == "task":  # one GIF frame per chunk + the last, and the plot
             with Image.open(tmp_path / "media" / "episode_40.gif") as gif:
                 assert gif.n_frames == len(outcomes[0].chunk_latency_ms) + 1

@@ -12,6 +12,7 @@ from diffusion_policy_ros.config import (
     load_node_params,
 )
 from diffusion_policy_ros.policy.devices import DEVICES, PRECISIONS
+from diffusion_policy_ros.policy.grasp_lift import GraspLiftConfig
 from diffusion_policy_ros.policy.grasp_retry import GraspRetryConfig
 from diffusion_policy_ros.policy.node_config import (
     BACKEND_CHOICES,
@@ -32,6 +33,7 @@ def test_yaml_section_has_exactly_the_dataclass_defaults():
                       for f in config_fields(PolicyNodeConfig)}
     assert load_config(PolicyNodeConfig, YAML, "policy_node") == defaults
     assert defaults.grasp_retry() == GraspRetryConfig()  # one set of defaults
+    assert defaults.grasp_lift() == GraspLiftConfig()
 
 
 def test_defaults_follow_the_contract():

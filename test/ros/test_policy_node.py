@@ -437,6 +437,9 @@ def exported(assets, tmp_path_factory):
     ("aot_missing", {"backend": "aotinductor"},
      "export the checkpoint first (dpr export --format aotinductor"),
     ("aot_from_onnx_dir", {"backend": "aotinductor"}, "aot.json not found"),
+    ("lift_without_kinematics", {"urdf_file": "/nonexistent/arm.urdf"},
+     "grasp_lift.enabled needs the arm's kinematics: cannot read the arm's kinematics from "
+     "'/nonexistent/arm.urdf'"),
 ])
 def test_configure_failures_return_failure_with_the_reason(ros, assets, corrupt_checkpoint,
                                                             exported, case, overrides,

@@ -75,6 +75,7 @@ def summarize(outcomes: list[dict], latencies_ms: list[float], diagnostics: dict
         "policy_chunks_total": count_or_none(policy, "chunks_total"),
         "policy_overrun_ticks": count_or_none(policy, "overrun_ticks"),
         "policy_grasp_retries": count_or_none(policy, "grasp_retries_total"),
+        "policy_grasp_lifts": count_or_none(policy, "grasp_lifts_total"),
         "tracker_period_error_ms": {"p50": f(tracker.get("period_error_ms_p50")),
                                     "p99": f(tracker.get("period_error_ms_p99")),
                                     "max": f(tracker.get("period_error_ms_max")),
@@ -136,7 +137,8 @@ def format_summary(summary: dict) -> str:
                  f"observation stamp -> chunk received p50 {f(lat['p50'])} ms, "
                  f"p99 {f(lat['p99'])} ms; policy predict p50 {f(pred['p50'])} ms, p99 "
                  f"{f(pred['p99'])} ms; grasp retries "
-                 f"{f(summary.get('policy_grasp_retries'), 'd')}")
+                 f"{f(summary.get('policy_grasp_retries'), 'd')}, lifts "
+                 f"{f(summary.get('policy_grasp_lifts'), 'd')}")
     stages = summary.get("chunk_latency_stages_ms") or {}
     if any(s["count"] for s in stages.values()):
         lines.append("stamp -> chunk by hop, p50 (ms): " + ", ".join(

@@ -1,0 +1,211 @@
+"""``StalledGraspLift``: lift an object whose grasp stalled wide, which the policy never lifts.
+
+The shipped policy lifts when the gripper's opening matches a flat grasp of the object.
+When the fingers meet a cube across two of its corners, the opening stops at the cube's
+diagonal (56-70 mm, above every flat grasp here) and the policy waits there, commanding
+the gripper closed, until the episode ends: the commonest failure after an instruction
+switch (docs/rl.md). The cube is held, squeezed between the fingers, and a lift carries
+it. Re-opening it instead was tried twice and lost more episodes than it mended: a
+re-opened grasp is a new draw that can land on the corners again.
+
+The rule, at each chunk's observation (stamps in s, openings in m): the policy commands
+the gripper narrower than ``wide_above_m`` (the chunk's first ``commanded_points``) while
+the measured opening stays between ``wide_above_m`` and ``open_below_m``, closing by less
+than ``closing_below_m_s``, with the tool centre point below ``tool_below_m`` in the base
+frame (what the fingers hold still rests on the table), for ``stall_for_s`` -> for
+``lift_for_s`` the arm follows a vertical lift of ``lift_m`` over ``lift_ramp_s`` from
+the measured joints, the tool's orientation held (damped least squares on the arm's
+forward kinematics), and the gripper is commanded to ``squeeze_to_m``; then the policy's
+commands return. At most ``max_lifts`` per task. The lift's joint targets pass the
+tracker's limits like every chunk. ``policy_node`` and ``dpr eval`` run the same rule.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import torch
+
+from diffusion_policy_ros.policy.kinematics import SerialChainKinematics
+
+#: Stamps this close count as equal (s): 10 Hz observations reach 0.5 s exactly.
+_STAMP_TOLERANCE_S = 1e-6
+
+
+@dataclasses.dataclass
+class GraspLiftConfig:
+    enabled: bool = True
+    #: A commanded opening below this and a measured one above it: the grasp stalled wide
+    #: (above every object's flat grasp, below the narrowest cube's diagonal, 57 mm).
+    wide_above_m: float = 0.053
+    #: A measured opening above this is an open gripper, not a stalled grasp.
+    open_below_m: float = 0.08
+    #: Closing slower than this counts as stalled (a free close runs at 0.1 m/s).
+    closing_below_m_s: float = 0.02
+    #: How long the grasp must stay stalled wide (s).
+    stall_for_s: float = 0.5
+    #: Only with the tool centre point below this height over the base (m; table top 0).
+    tool_below_m: float = 0.08
+    #: Chunk points whose gripper command counts as "commanded closed".
+    commanded_points: int = 4
+    #: Height the tool rises (m; the task counts 0.10 m as lifted).
+    lift_m: float = 0.15
+    #: Time over which it rises (s).
+    lift_ramp_s: float = 1.5
+    #: How long the lift replaces the policy's chunks (s).
+    lift_for_s: float = 2.5
+    #: Gripper opening commanded meanwhile (m): closed, so the fingers keep squeezing.
+    squeeze_to_m: float = 0.0
+    #: Lifts per task (instruction).
+    max_lifts: int = 1
+
+    def validate(self) -> None:
+        if not 0.0 < self.wide_above_m < self.open_below_m:
+            raise ValueError(f"need 0 < wide_above_m ({self.wide_above_m}) < open_below_m "
+                             f"({self.open_below_m})")
+        if self.stall_for_s < 0.0 or self.lift_ramp_s <= 0.0 or self.lift_for_s <= 0.0:
+            raise ValueError("stall_for_s >= 0, lift_ramp_s > 0 and lift_for_s > 0 needed")
+        if self.closing_below_m_s < 0.0 or self.commanded_points < 1 or self.max_lifts < 0:
+            raise ValueError("closing_below_m_s >= 0, commanded_points >= 1 and "
+                             "max_lifts >= 0 needed")
+        if not 0.0 < self.lift_m <= 0.5 or self.squeeze_to_m < 0.0:
+            raise ValueError(f"need 0 < lift_m ({self.lift_m}) <= 0.5 and squeeze_to_m >= 0")
+
+
+def vertical_lift_path(kinematics: SerialChainKinematics, q0_rad: np.ndarray,
+                       rise_m: np.ndarray, iterations: int = 2,
+                       damping: float = 1e-4) -> tuple[np.ndarray, float]:
+    """Arm joints (len(rise_m), J) that raise the tool by ``rise_m`` (m, each >= 0) above
+    where ``q0_rad`` holds it, orientation unchanged; and the largest pose error of the
+    path (m for position; rad for orientation, weighted as 0.1 m per rad).
+
+    Damped least squares from the previous point, with the Jacobian by central
+    differences of one batched forward-kinematics call."""
+    n = kinematics.n_joints
+    dtype = kinematics.joint_axis.dtype
+    q = torch.as_tensor(np.asarray(q0_rad, dtype=np.float64)[:n], dtype=dtype)
+    with torch.no_grad():
+        p0, r0 = kinematics.pose(q)
+        step = 1e-6 if dtype == torch.float64 else 1e-3
+        probes = torch.cat([torch.eye(n, dtype=dtype), -torch.eye(n, dtype=dtype)]) * step
+
+        def error(qq: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+            p, r = kinematics.pose(qq)
+            rot = r0.transpose(-1, -2) @ r
+            w = 0.5 * torch.stack([rot[..., 2, 1] - rot[..., 1, 2],
+                                   rot[..., 0, 2] - rot[..., 2, 0],
+                                   rot[..., 1, 0] - rot[..., 0, 1]], dim=-1)
+            return torch.cat([p - target, 0.1 * w], dim=-1)
+
+        path, worst = [], 0.0
+        for rise in np.asarray(rise_m, dtype=np.float64):
+            target = p0 + torch.tensor([0.0, 0.0, rise], dtype=dtype)
+            for _ in range(iterations):
+                e = error(q, target)
+                both = error(q + probes, target)
+                jacobian = ((both[:n] - both[n:]) / (2 * step)).T  # (6, n)
+                lhs = jacobian @ jacobian.T + damping * torch.eye(6, dtype=dtype)
+                q = q - jacobian.T @ torch.linalg.solve(lhs, e)
+            worst = max(worst, float(error(q, target).abs().max()))
+            path.append(q.clone())
+    return torch.stack(path).cpu().numpy().astype(np.float64), worst
+
+
+class StalledGraspLift:
+    """Applies the rule of the module docstring to one task's chunks, in stamp order.
+
+    ``kinematics``: the arm's chain (root -> arm joints -> tool), e.g. ``urdf_kinematics``.
+    The arm joints are the chunk's first ``kinematics.n_joints`` columns, the gripper its
+    ``gripper_column``."""
+
+    #: The largest pose error of a lift path that is still followed (m, see
+    #: ``vertical_lift_path``); a worse solution (a singular or out-of-reach arm) is dropped.
+    MAX_PATH_ERROR = 0.005
+
+    def __init__(self, config: GraspLiftConfig, kinematics: SerialChainKinematics,
+                 action_dt_s: float, gripper_column: int = -1):
+        config.validate()
+        if action_dt_s <= 0.0:
+            raise ValueError(f"action_dt_s must be > 0, got {action_dt_s}")
+        self.config = config
+        self.kinematics = kinematics
+        self.action_dt_s = action_dt_s
+        self.gripper_column = gripper_column
+        #: Lifts started over every task, and lifts whose path was not solved (diagnostics).
+        self.lifts_total = 0
+        self.unsolved_total = 0
+        self.restart()
+
+    def restart(self) -> None:
+        """A new task (instruction or episode): nothing stalled, no lift spent."""
+        self.lifts = 0
+        self._stalled_since_s: float | None = None
+        self._stalled_opening_m = 0.0
+        self._path: np.ndarray | None = None
+        self._path_start_s = 0.0
+
+    @property
+    def lifting(self) -> bool:
+        return self._path is not None
+
+    def apply(self, chunk: np.ndarray, joint_positions: np.ndarray,
+              stamp_s: float) -> np.ndarray:
+        """The chunk to execute for an observation at ``stamp_s`` with the measured
+        ``joint_positions`` (the chunk's columns): ``chunk`` itself, or a lift."""
+        c = self.config
+        if not c.enabled:
+            return chunk
+        if self._path is not None:
+            if stamp_s - self._path_start_s < c.lift_for_s - _STAMP_TOLERANCE_S:
+                return self._lift_chunk(chunk, stamp_s)
+            self._path = None
+        if self.lifts >= c.max_lifts or not self._stalled_wide(chunk, joint_positions, stamp_s):
+            return chunk
+        waited_s = stamp_s - self._stalled_since_s + _STAMP_TOLERANCE_S
+        if waited_s < c.stall_for_s:
+            return chunk
+        self._stalled_since_s = None
+        self.lifts += 1
+        steps = int(np.ceil(c.lift_ramp_s / self.action_dt_s - _STAMP_TOLERANCE_S))
+        rise = c.lift_m * np.minimum(np.arange(steps + 1) * self.action_dt_s / c.lift_ramp_s,
+                                     1.0)
+        path, error = vertical_lift_path(self.kinematics, np.asarray(joint_positions), rise)
+        if not (np.isfinite(path).all() and error <= self.MAX_PATH_ERROR):
+            self.unsolved_total += 1
+            return chunk
+        self.lifts_total += 1
+        self._path, self._path_start_s = path, stamp_s
+        return self._lift_chunk(chunk, stamp_s)
+
+    def _stalled_wide(self, chunk: np.ndarray, joint_positions: np.ndarray,
+                      stamp_s: float) -> bool:
+        """Whether the grasp is stalled wide now; tracks since when."""
+        c = self.config
+        opening = float(joint_positions[self.gripper_column])
+        commanded = float(np.min(chunk[:c.commanded_points, self.gripper_column]))
+        wide = commanded < c.wide_above_m < opening < c.open_below_m
+        if wide:
+            n = self.kinematics.n_joints
+            tool = self.kinematics.tool_positions(np.asarray(joint_positions[:n],
+                                                             dtype=np.float64))
+            wide = float(tool[2]) < c.tool_below_m
+        if not wide:
+            self._stalled_since_s = None
+            return False
+        if self._stalled_since_s is not None:
+            closed_m = self._stalled_opening_m - opening
+            allowed_m = c.closing_below_m_s * (stamp_s - self._stalled_since_s) + 1e-3
+            if closed_m <= allowed_m:
+                return True
+        self._stalled_since_s, self._stalled_opening_m = stamp_s, opening
+        return True
+
+    def _lift_chunk(self, chunk: np.ndarray, stamp_s: float) -> np.ndarray:
+        """The lift path from ``stamp_s`` on, one point per ``action_dt_s``, held at its top."""
+        offset = int(round((stamp_s - self._path_start_s) / self.action_dt_s))
+        index = np.minimum(offset + np.arange(len(chunk)), len(self._path) - 1)
+        lifted = np.array(chunk, dtype=np.float64, copy=True)
+        lifted[:, :self.kinematics.n_joints] = self._path[index]
+        lifted[:, self.gripper_column] = self.config.squeeze_to_m
+        return lifted
