@@ -15,19 +15,21 @@ than ``closing_below_m_s``, with the tool centre point below ``tool_below_m`` in
 frame (what the fingers hold still rests on the table), for ``stall_for_s`` -> for
 ``lift_for_s`` the arm follows a vertical lift of ``lift_m`` over ``lift_ramp_s`` from
 the measured joints, the tool's orientation held (damped least squares on the arm's
-forward kinematics), and the gripper is commanded to ``squeeze_to_m``; then the policy's
-commands return. At most ``max_lifts`` per task. The lift's joint targets pass the
-tracker's limits like every chunk. ``policy_node`` and ``dpr eval`` run the same rule.
+forward kinematics, ``SerialChainKinematics.vertical_lift_path``), and the gripper is
+commanded to ``squeeze_to_m``; then the policy's commands return. At most ``max_lifts``
+per task. The lift's joint targets pass the tracker's limits like every chunk.
+``policy_node`` and ``dpr eval`` run the same rule (``policy.grasp_recovery``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
-from diffusion_policy_ros.policy.kinematics import SerialChainKinematics
+if TYPE_CHECKING:  # the rule itself needs no torch: the chain solves the path
+    from diffusion_policy_ros.policy.kinematics import SerialChainKinematics
 
 #: Stamps this close count as equal (s): 10 Hz observations reach 0.5 s exactly.
 _STAMP_TOLERANCE_S = 1e-6
@@ -73,45 +75,6 @@ class GraspLiftConfig:
             raise ValueError(f"need 0 < lift_m ({self.lift_m}) <= 0.5 and squeeze_to_m >= 0")
 
 
-def vertical_lift_path(kinematics: SerialChainKinematics, q0_rad: np.ndarray,
-                       rise_m: np.ndarray, iterations: int = 2,
-                       damping: float = 1e-4) -> tuple[np.ndarray, float]:
-    """Arm joints (len(rise_m), J) that raise the tool by ``rise_m`` (m, each >= 0) above
-    where ``q0_rad`` holds it, orientation unchanged; and the largest pose error of the
-    path (m for position; rad for orientation, weighted as 0.1 m per rad).
-
-    Damped least squares from the previous point, with the Jacobian by central
-    differences of one batched forward-kinematics call."""
-    n = kinematics.n_joints
-    dtype = kinematics.joint_axis.dtype
-    q = torch.as_tensor(np.asarray(q0_rad, dtype=np.float64)[:n], dtype=dtype)
-    with torch.no_grad():
-        p0, r0 = kinematics.pose(q)
-        step = 1e-6 if dtype == torch.float64 else 1e-3
-        probes = torch.cat([torch.eye(n, dtype=dtype), -torch.eye(n, dtype=dtype)]) * step
-
-        def error(qq: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-            p, r = kinematics.pose(qq)
-            rot = r0.transpose(-1, -2) @ r
-            w = 0.5 * torch.stack([rot[..., 2, 1] - rot[..., 1, 2],
-                                   rot[..., 0, 2] - rot[..., 2, 0],
-                                   rot[..., 1, 0] - rot[..., 0, 1]], dim=-1)
-            return torch.cat([p - target, 0.1 * w], dim=-1)
-
-        path, worst = [], 0.0
-        for rise in np.asarray(rise_m, dtype=np.float64):
-            target = p0 + torch.tensor([0.0, 0.0, rise], dtype=dtype)
-            for _ in range(iterations):
-                e = error(q, target)
-                both = error(q + probes, target)
-                jacobian = ((both[:n] - both[n:]) / (2 * step)).T  # (6, n)
-                lhs = jacobian @ jacobian.T + damping * torch.eye(6, dtype=dtype)
-                q = q - jacobian.T @ torch.linalg.solve(lhs, e)
-            worst = max(worst, float(error(q, target).abs().max()))
-            path.append(q.clone())
-    return torch.stack(path).cpu().numpy().astype(np.float64), worst
-
-
 class StalledGraspLift:
     """Applies the rule of the module docstring to one task's chunks, in stamp order.
 
@@ -120,7 +83,8 @@ class StalledGraspLift:
     ``gripper_column``."""
 
     #: The largest pose error of a lift path that is still followed (m, see
-    #: ``vertical_lift_path``); a worse solution (a singular or out-of-reach arm) is dropped.
+    #: ``SerialChainKinematics.vertical_lift_path``); a worse solution (a singular or
+    #: out-of-reach arm) is dropped.
     MAX_PATH_ERROR = 0.005
 
     def __init__(self, config: GraspLiftConfig, kinematics: SerialChainKinematics,
@@ -170,7 +134,7 @@ class StalledGraspLift:
         steps = int(np.ceil(c.lift_ramp_s / self.action_dt_s - _STAMP_TOLERANCE_S))
         rise = c.lift_m * np.minimum(np.arange(steps + 1) * self.action_dt_s / c.lift_ramp_s,
                                      1.0)
-        path, error = vertical_lift_path(self.kinematics, np.asarray(joint_positions), rise)
+        path, error = self.kinematics.vertical_lift_path(np.asarray(joint_positions), rise)
         if not (np.isfinite(path).all() and error <= self.MAX_PATH_ERROR):
             self.unsolved_total += 1
             return chunk

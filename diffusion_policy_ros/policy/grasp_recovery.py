@@ -9,11 +9,15 @@ the lift is re-grasped after it), otherwise the retry's chunk is the lift rule's
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from diffusion_policy_ros.policy.grasp_lift import GraspLiftConfig, StalledGraspLift
 from diffusion_policy_ros.policy.grasp_retry import EmptyGraspRetry, GraspRetryConfig
-from diffusion_policy_ros.policy.kinematics import SerialChainKinematics
+
+if TYPE_CHECKING:
+    from diffusion_policy_ros.policy.kinematics import SerialChainKinematics
 
 
 class GraspRecovery:

@@ -92,6 +92,44 @@ class SerialChainKinematics(nn.Module):
         """``forward`` with numpy in and out, for callers that hold no tensors (markers)."""
         return self.pose(torch.as_tensor(np.asarray(q_rad)))[0].cpu().numpy()
 
+    @torch.no_grad()
+    def vertical_lift_path(self, q0_rad: np.ndarray, rise_m: np.ndarray,
+                           iterations: int = 2,
+                           damping: float = 1e-4) -> tuple[np.ndarray, float]:
+        """Joint angles (len(rise_m), J) that raise the tool by ``rise_m`` (m, each >= 0)
+        above where ``q0_rad`` holds it, orientation unchanged; and the largest pose error
+        of the path (m for position; rad for orientation, weighted as 0.1 m per rad).
+
+        Damped least squares from the previous point, with the Jacobian by central
+        differences of one batched ``pose`` call."""
+        n = self.n_joints
+        dtype = self.joint_axis.dtype
+        q = torch.as_tensor(np.asarray(q0_rad, dtype=np.float64)[:n], dtype=dtype)
+        p0, r0 = self.pose(q)
+        step = 1e-6 if dtype == torch.float64 else 1e-3
+        probes = torch.cat([torch.eye(n, dtype=dtype), -torch.eye(n, dtype=dtype)]) * step
+
+        def error(qq: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+            p, r = self.pose(qq)
+            rot = r0.transpose(-1, -2) @ r
+            w = 0.5 * torch.stack([rot[..., 2, 1] - rot[..., 1, 2],
+                                   rot[..., 0, 2] - rot[..., 2, 0],
+                                   rot[..., 1, 0] - rot[..., 0, 1]], dim=-1)
+            return torch.cat([p - target, 0.1 * w], dim=-1)
+
+        path, worst = [], 0.0
+        for rise in np.asarray(rise_m, dtype=np.float64):
+            target = p0 + torch.tensor([0.0, 0.0, rise], dtype=dtype)
+            for _ in range(iterations):
+                e = error(q, target)
+                both = error(q + probes, target)
+                jacobian = ((both[:n] - both[n:]) / (2 * step)).T  # (6, n)
+                lhs = jacobian @ jacobian.T + damping * torch.eye(6, dtype=dtype)
+                q = q - jacobian.T @ torch.linalg.solve(lhs, e)
+            worst = max(worst, float(error(q, target).abs().max()))
+            path.append(q.clone())
+        return torch.stack(path).cpu().numpy().astype(np.float64), worst
+
 
 def _floats(text: str | None) -> np.ndarray:
     """A URDF triple; absent means zeros, as the URDF spec has it for origins."""

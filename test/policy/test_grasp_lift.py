@@ -4,11 +4,7 @@ import numpy as np
 import pytest
 
 from diffusion_policy_ros.description import URDF_PATH
-from diffusion_policy_ros.policy.grasp_lift import (
-    GraspLiftConfig,
-    StalledGraspLift,
-    vertical_lift_path,
-)
+from diffusion_policy_ros.policy.grasp_lift import GraspLiftConfig, StalledGraspLift
 from diffusion_policy_ros.policy.kinematics import urdf_kinematics
 from diffusion_policy_ros.sim.scene import ARM_JOINT_NAMES
 
@@ -43,18 +39,6 @@ def _run(lift: StalledGraspLift, openings_m, commanded_m: float = 0.0,
         if lifted[-1]:
             assert out.shape == chunk.shape and np.all(out[:, -1] == lift.config.squeeze_to_m)
     return lifted
-
-
-def test_the_lift_path_rises_vertically_with_the_tool_orientation_held(arm):
-    rise = np.linspace(0.0, 0.15, 16)
-    path, error = vertical_lift_path(arm, GRASP_POSE_RAD, rise)
-    assert path.shape == (16, 6) and error < 1e-3
-    p0, r0 = (x.numpy() for x in arm.pose(arm.joint_axis.new_tensor(GRASP_POSE_RAD)))
-    positions, rotations = (x.numpy() for x in arm.pose(arm.joint_axis.new_tensor(path)))
-    np.testing.assert_allclose(positions[:, 2] - p0[2], rise, atol=1e-3)
-    np.testing.assert_allclose(positions[:, :2], np.broadcast_to(p0[:2], (16, 2)), atol=1e-3)
-    np.testing.assert_allclose(rotations, np.broadcast_to(r0, (16, 3, 3)), atol=1e-2)
-    np.testing.assert_allclose(path[0], GRASP_POSE_RAD, atol=1e-6)  # starts where it is
 
 
 def test_a_grasp_stalled_wide_is_lifted_for_lift_for_s_once_per_task(arm):
@@ -100,7 +84,7 @@ def test_no_lift_unless_stalled_wide_near_the_table(arm, case):
     elif case == "gripper open":
         openings = [0.082] * 30
     elif case == "tool high":
-        pose = vertical_lift_path(arm, GRASP_POSE_RAD, np.array([0.06]))[0][0]
+        pose = arm.vertical_lift_path(GRASP_POSE_RAD, np.array([0.06]))[0][0]
         assert arm.tool_positions(pose)[2] > config.tool_below_m  # 9 cm over the table
     assert not any(_run(lift, openings, commanded, arm_rad=pose))
     assert lift.lifts_total == 0

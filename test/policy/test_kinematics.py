@@ -78,3 +78,20 @@ def test_urdf_chain_rejects_what_a_serial_arm_chain_cannot_hold():
         urdf_chain(URDF_PATH, list(reversed(ARM_JOINT_NAMES)), TOOL_LINK)
     with pytest.raises(ValueError, match="not a hinge"):
         urdf_chain(URDF_PATH, [*ARM_JOINT_NAMES, "finger_left_joint"], "finger_left_link")
+
+
+def test_a_vertical_lift_path_rises_with_the_tool_orientation_held():
+    arm = urdf_kinematics(URDF_PATH, ARM_JOINT_NAMES, TOOL_LINK)
+    grasp_pose = np.array([0.0, -1.2, 2.1, -2.45, -1.57, 1.2])  # the tool 3 cm over the table
+    rise = np.linspace(0.0, 0.15, 16)
+    path, error = arm.vertical_lift_path(grasp_pose, rise)
+    assert path.shape == (16, 6) and error < 1e-3
+    p0, r0 = (x.numpy() for x in arm.pose(torch.as_tensor(grasp_pose)))
+    positions, rotations = (x.numpy() for x in arm.pose(torch.as_tensor(path)))
+    np.testing.assert_allclose(positions[:, 2] - p0[2], rise, atol=1e-3)
+    np.testing.assert_allclose(positions[:, :2], np.broadcast_to(p0[:2], (16, 2)), atol=1e-3)
+    np.testing.assert_allclose(rotations, np.broadcast_to(r0, (16, 3, 3)), atol=1e-2)
+    np.testing.assert_allclose(path[0], grasp_pose, atol=1e-6)  # starts where it is
+    # half a metre up from the arm reaching far out is out of reach: a large error says so
+    reaching = np.array([0.0, -0.5, 1.0, -2.0, -1.57, 0.0])
+    assert arm.vertical_lift_path(reaching, np.linspace(0.0, 0.5, 16))[1] > 0.01

@@ -67,3 +67,13 @@ def test_every_field_is_documented_with_range_or_choices():
 def test_bad_values_are_named(params, match):
     with pytest.raises(ConfigError, match=match):
         config_from_params(PolicyNodeConfig, params)
+
+
+def test_reading_the_config_does_not_import_torch():
+    """The module docstring's promise: launch-time code reads it without torch."""
+    import subprocess
+    import sys
+
+    code = ("import sys; import diffusion_policy_ros.policy.node_config; "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
