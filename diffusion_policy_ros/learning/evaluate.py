@@ -247,9 +247,9 @@ def evaluate(checkpoint: str | Path, episodes: int = 100, seed: int = 0,
         lift_config.enabled = grasp_lift
     recovery = None
     if retry_config.enabled or lift_config.enabled:
-        recovery = GraspRecovery(retry_config, lift_config,
-                                 urdf_kinematics(URDF_PATH, ARM_JOINT_NAMES,
-                                                 node_config.tool_link),
+        kinematics = (urdf_kinematics(URDF_PATH, ARM_JOINT_NAMES, node_config.tool_link)
+                      if lift_config.enabled else None)
+        recovery = GraspRecovery(retry_config, lift_config, kinematics,
                                  runner.config.action_dt_s)
     outcomes = []
     with GraspEnv(config) as env:

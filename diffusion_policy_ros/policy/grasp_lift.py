@@ -28,12 +28,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from diffusion_policy_ros.policy.grasp_retry import STAMP_TOLERANCE_S
+
 if TYPE_CHECKING:  # the rule itself needs no torch: the chain solves the path
     from diffusion_policy_ros.policy.kinematics import SerialChainKinematics
-
-#: Stamps this close count as equal (s): 10 Hz observations reach 0.5 s exactly.
-_STAMP_TOLERANCE_S = 1e-6
-
 
 @dataclasses.dataclass
 class GraspLiftConfig:
@@ -109,8 +107,12 @@ class StalledGraspLift:
         self._path: np.ndarray | None = None
         self._path_start_s = 0.0
 
-    @property
-    def lifting(self) -> bool:
+    def lifting_at(self, stamp_s: float) -> bool:
+        """Whether a lift owns the chunk for an observation at ``stamp_s`` (a lift whose
+        ``lift_for_s`` has passed ends here)."""
+        if self._path is not None and \
+                stamp_s - self._path_start_s >= self.config.lift_for_s - STAMP_TOLERANCE_S:
+            self._path = None
         return self._path is not None
 
     def apply(self, chunk: np.ndarray, joint_positions: np.ndarray,
@@ -120,18 +122,16 @@ class StalledGraspLift:
         c = self.config
         if not c.enabled:
             return chunk
-        if self._path is not None:
-            if stamp_s - self._path_start_s < c.lift_for_s - _STAMP_TOLERANCE_S:
-                return self._lift_chunk(chunk, stamp_s)
-            self._path = None
+        if self.lifting_at(stamp_s):
+            return self._lift_chunk(chunk, stamp_s)
         if self.lifts >= c.max_lifts or not self._stalled_wide(chunk, joint_positions, stamp_s):
             return chunk
-        waited_s = stamp_s - self._stalled_since_s + _STAMP_TOLERANCE_S
+        waited_s = stamp_s - self._stalled_since_s + STAMP_TOLERANCE_S
         if waited_s < c.stall_for_s:
             return chunk
         self._stalled_since_s = None
         self.lifts += 1
-        steps = int(np.ceil(c.lift_ramp_s / self.action_dt_s - _STAMP_TOLERANCE_S))
+        steps = int(np.ceil(c.lift_ramp_s / self.action_dt_s - STAMP_TOLERANCE_S))
         rise = c.lift_m * np.minimum(np.arange(steps + 1) * self.action_dt_s / c.lift_ramp_s,
                                      1.0)
         path, error = self.kinematics.vertical_lift_path(np.asarray(joint_positions), rise)

@@ -52,10 +52,8 @@ class GraspRecovery:
               stamp_s: float) -> np.ndarray:
         """The chunk to execute for an observation at ``stamp_s`` with the measured
         ``joint_positions`` (the chunk's columns, gripper opening in m)."""
-        if self.lift is not None and self.lift.lifting:
-            lifted = self.lift.apply(chunk, joint_positions, stamp_s)
-            if self.lift.lifting:
-                return lifted
+        if self.lift is not None and self.lift.lifting_at(stamp_s):
+            return self.lift.apply(chunk, joint_positions, stamp_s)
         if self.retry is not None:
             chunk = self.retry.apply(chunk, float(joint_positions[self.gripper_column]),
                                      stamp_s)

@@ -23,7 +23,7 @@ import dataclasses
 import numpy as np
 
 #: Stamps this close count as equal (s): 10 Hz observations reach 0.5 s exactly.
-_STAMP_TOLERANCE_S = 1e-6
+STAMP_TOLERANCE_S = 1e-6
 
 
 @dataclasses.dataclass
@@ -72,7 +72,7 @@ class EmptyGraspRetry:
         if not c.enabled:
             return chunk
         if self._open_until_s is not None and \
-                stamp_s >= self._open_until_s - _STAMP_TOLERANCE_S:
+                stamp_s >= self._open_until_s - STAMP_TOLERANCE_S:
             self._open_until_s = None
         if self._open_until_s is None:
             if not opening_m < c.empty_below_m:
@@ -80,7 +80,7 @@ class EmptyGraspRetry:
                 return chunk
             if self._empty_since_s is None:
                 self._empty_since_s = stamp_s
-            waited_s = stamp_s - self._empty_since_s + _STAMP_TOLERANCE_S
+            waited_s = stamp_s - self._empty_since_s + STAMP_TOLERANCE_S
             if waited_s < c.empty_for_s or self.retries >= c.max_retries:
                 return chunk
             self.retries += 1

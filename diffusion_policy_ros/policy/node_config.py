@@ -154,17 +154,16 @@ class PolicyNodeConfig:
         name="grasp_lift.max_lifts")
 
     def grasp_retry(self) -> GraspRetryConfig:
-        return GraspRetryConfig(self.grasp_retry_enabled, self.grasp_retry_empty_below_m,
-                                self.grasp_retry_empty_for_s, self.grasp_retry_open_for_s,
-                                self.grasp_retry_open_to_m, self.grasp_retry_max_retries)
+        return self._section(GraspRetryConfig, "grasp_retry")
 
     def grasp_lift(self) -> GraspLiftConfig:
-        return GraspLiftConfig(
-            self.grasp_lift_enabled, self.grasp_lift_wide_above_m, self.grasp_lift_open_below_m,
-            self.grasp_lift_closing_below_m_s, self.grasp_lift_stall_for_s,
-            self.grasp_lift_tool_below_m, self.grasp_lift_commanded_points,
-            self.grasp_lift_lift_m, self.grasp_lift_lift_ramp_s, self.grasp_lift_lift_for_s,
-            self.grasp_lift_squeeze_to_m, self.grasp_lift_max_lifts)
+        return self._section(GraspLiftConfig, "grasp_lift")
+
+    def _section(self, config_class, prefix: str):
+        """``config_class`` from this node's ``<prefix>_<field>`` attributes (the
+        ``<prefix>.<field>`` parameters), field by field."""
+        return config_class(**{f.name: getattr(self, f"{prefix}_{f.name}")
+                               for f in dataclasses.fields(config_class)})
 
     @property
     def action_joint_names(self) -> list[str]:
