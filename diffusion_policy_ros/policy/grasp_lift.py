@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from diffusion_policy_ros.policy.grasp_retry import STAMP_TOLERANCE_S
+from diffusion_policy_ros.policy.grasp_retry import STAMP_TOLERANCE_S, GraspEvent
 
 if TYPE_CHECKING:  # the rule itself needs no torch: the chain solves the path
     from diffusion_policy_ros.policy.kinematics import SerialChainKinematics
@@ -97,6 +97,8 @@ class StalledGraspLift:
         #: Lifts started over every task, and lifts whose path was not solved (diagnostics).
         self.lifts_total = 0
         self.unsolved_total = 0
+        #: What the last ``apply`` did beyond passing the chunk on or continuing a lift.
+        self.last_event: GraspEvent | None = None
         self.restart()
 
     def restart(self) -> None:
@@ -120,6 +122,7 @@ class StalledGraspLift:
         """The chunk to execute for an observation at ``stamp_s`` with the measured
         ``joint_positions`` (the chunk's columns): ``chunk`` itself, or a lift."""
         c = self.config
+        self.last_event = None
         if not c.enabled:
             return chunk
         if self.lifting_at(stamp_s):
@@ -135,11 +138,21 @@ class StalledGraspLift:
         rise = c.lift_m * np.minimum(np.arange(steps + 1) * self.action_dt_s / c.lift_ramp_s,
                                      1.0)
         path, error = self.kinematics.vertical_lift_path(np.asarray(joint_positions), rise)
+        stalled = (f"grasp stalled wide ({joint_positions[self.gripper_column] * 1e3:.0f} mm "
+                   f"for {waited_s:.1f} s, the policy commanding it closed)")
         if not (np.isfinite(path).all() and error <= self.MAX_PATH_ERROR):
             self.unsolved_total += 1
+            self.last_event = GraspEvent(
+                "lift_unsolved", stamp_s,
+                f"{stalled}, but no vertical lift path within {self.MAX_PATH_ERROR * 1e3:g} mm "
+                f"(pose error {error * 1e3:.1f} mm): not lifted, the policy's chunks stand")
             return chunk
         self.lifts_total += 1
         self._path, self._path_start_s = path, stamp_s
+        self.last_event = GraspEvent(
+            "lifted", stamp_s,
+            f"{stalled}: lifting the tool {c.lift_m:g} m over {c.lift_ramp_s:g} s, gripper "
+            f"commanded to {c.squeeze_to_m * 1e3:.0f} mm, for {c.lift_for_s:g} s")
         return self._lift_chunk(chunk, stamp_s)
 
     def _stalled_wide(self, chunk: np.ndarray, joint_positions: np.ndarray,

@@ -14,7 +14,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from diffusion_policy_ros.policy.grasp_lift import GraspLiftConfig, StalledGraspLift
-from diffusion_policy_ros.policy.grasp_retry import EmptyGraspRetry, GraspRetryConfig
+from diffusion_policy_ros.policy.grasp_retry import (
+    EmptyGraspRetry,
+    GraspEvent,
+    GraspRetryConfig,
+)
 
 if TYPE_CHECKING:
     from diffusion_policy_ros.policy.kinematics import SerialChainKinematics
@@ -33,6 +37,9 @@ class GraspRecovery:
         self.lift = (StalledGraspLift(lift, kinematics, action_dt_s, gripper_column)
                      if lift.enabled else None)
         self.gripper_column = gripper_column
+        #: What the rules did in the last ``apply`` (a re-opening, a lift started or
+        #: refused), for the operator's log; empty while the policy's chunks pass.
+        self.events: list[GraspEvent] = []
 
     @property
     def retries_total(self) -> int:
@@ -52,11 +59,18 @@ class GraspRecovery:
               stamp_s: float) -> np.ndarray:
         """The chunk to execute for an observation at ``stamp_s`` with the measured
         ``joint_positions`` (the chunk's columns, gripper opening in m)."""
+        self.events = []
         if self.lift is not None and self.lift.lifting_at(stamp_s):
             return self.lift.apply(chunk, joint_positions, stamp_s)
         if self.retry is not None:
             chunk = self.retry.apply(chunk, float(joint_positions[self.gripper_column]),
                                      stamp_s)
+            self._record(self.retry.last_event)
         if self.lift is not None:
             chunk = self.lift.apply(chunk, joint_positions, stamp_s)
+            self._record(self.lift.last_event)
         return chunk
+
+    def _record(self, event: GraspEvent | None) -> None:
+        if event is not None:
+            self.events.append(event)

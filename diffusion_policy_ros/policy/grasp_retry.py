@@ -26,6 +26,18 @@ import numpy as np
 STAMP_TOLERANCE_S = 1e-6
 
 
+@dataclasses.dataclass(frozen=True)
+class GraspEvent:
+    """A grasp rule overriding the policy, for an operator's log: ``kind`` is
+    ``reopened``, ``lifted`` or ``lift_unsolved``; ``stamp_s`` the observation's stamp.
+    A rule fires a few times per task at most (``max_retries``, ``max_lifts``), so a
+    node can log every event without flooding."""
+
+    kind: str
+    stamp_s: float
+    message: str
+
+
 @dataclasses.dataclass
 class GraspRetryConfig:
     enabled: bool = True
@@ -57,6 +69,8 @@ class EmptyGraspRetry:
         self.gripper_column = gripper_column
         #: Re-openings over every task (diagnostics).
         self.retries_total = 0
+        #: What the last ``apply`` did beyond passing the chunk on, if anything.
+        self.last_event: GraspEvent | None = None
         self.restart()
 
     def restart(self) -> None:
@@ -69,6 +83,7 @@ class EmptyGraspRetry:
         """The chunk to execute for an observation at ``stamp_s`` whose measured gripper
         opening is ``opening_m``: ``chunk`` itself, or a copy with the gripper held open."""
         c = self.config
+        self.last_event = None
         if not c.enabled:
             return chunk
         if self._open_until_s is not None and \
@@ -87,6 +102,11 @@ class EmptyGraspRetry:
             self.retries_total += 1
             self._empty_since_s = None
             self._open_until_s = stamp_s + c.open_for_s
+            self.last_event = GraspEvent(
+                "reopened", stamp_s,
+                f"gripper closed on nothing ({opening_m * 1e3:.0f} mm for {waited_s:.1f} s): "
+                f"held open at {c.open_to_m * 1e3:.0f} mm for {c.open_for_s:g} s "
+                f"(re-opening {self.retries} of {c.max_retries} for this task)")
         held = np.array(chunk, copy=True)
         held[:, self.gripper_column] = c.open_to_m
         return held

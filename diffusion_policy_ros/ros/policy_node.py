@@ -40,7 +40,9 @@ closed on nothing is re-opened for a moment (``grasp_retry.*``,
 ``policy.grasp_retry.EmptyGraspRetry``; counted in ``grasp_retries_total``), so the
 policy grasps again; a grasp that stalled wide on the table (a cube held across its
 corners) is lifted (``grasp_lift.*``, ``policy.grasp_lift.StalledGraspLift``, on the
-URDF's kinematics; ``grasp_lifts_total``), which the policy itself never does.
+URDF's kinematics; ``grasp_lifts_total``), which the policy itself never does. Each
+re-opening and lift is logged at INFO (a lift whose path cannot be solved at WARN): an
+arm or gripper motion the policy did not command; a few per task at most.
 
 Threading: inference runs on the node's own worker thread, never on the executor's:
 the frame callbacks and the ``rate_hz`` timer (its own callback group; with
@@ -537,6 +539,11 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
             self._retry_generation = generation
         chunk = recovery.apply(chunk, selection.observations[-1]["joint_positions"],
                                selection.stamp_ns * 1e-9)
+        for event in recovery.events:  # motions the policy did not command: say so
+            log = (self.get_logger().warning if event.kind == "lift_unsolved"
+                   else self.get_logger().info)
+            log(f"grasp recovery ({event.kind}, observation at {event.stamp_s:.2f} s): "
+                f"{event.message}")
         stamp = ns_to_stamp(selection.stamp_ns)
         msg = JointTrajectory(joint_names=self.joint_names)
         msg.header.stamp = stamp

@@ -29,12 +29,15 @@ def _chunk(gripper_m: float = 0.0) -> np.ndarray:
 
 
 def _run(lift: StalledGraspLift, openings_m, commanded_m: float = 0.0,
-         start_s: float = 3.0, arm_rad=GRASP_POSE_RAD) -> list[bool]:
-    """Whether each chunk was replaced by the lift, for measured openings one chunk apart."""
+         start_s: float = 3.0, arm_rad=GRASP_POSE_RAD, events=None) -> list[bool]:
+    """Whether each chunk was replaced by the lift, for measured openings one chunk apart
+    (the rule's events appended to ``events`` with their chunk's index)."""
     lifted = []
     for k, opening in enumerate(openings_m):
         chunk = _chunk(commanded_m)
         out = lift.apply(chunk, _joints(opening, arm_rad), start_s + k * DT_S)
+        if lift.last_event is not None and events is not None:
+            events.append((k, lift.last_event))
         lifted.append(out is not chunk)
         if lifted[-1]:
             assert out.shape == chunk.shape and np.all(out[:, -1] == lift.config.squeeze_to_m)
@@ -45,12 +48,18 @@ def test_a_grasp_stalled_wide_is_lifted_for_lift_for_s_once_per_task(arm):
     lift = StalledGraspLift(GraspLiftConfig(stall_for_s=0.5, lift_for_s=2.5), arm, DT_S)
     # closing onto a cube's corners: the opening stops at 65 mm while the policy commands 0
     openings = list(np.linspace(0.085, 0.066, 3)) + [0.065] * 60
-    lifted = _run(lift, openings)
+    events = []
+    lifted = _run(lift, openings, events=events)
     first = lifted.index(True)
     # wide from chunk 2 (66 mm... 65 mm), stalled 0.5 s later; lifted for 2.5 s (25 chunks)
     assert first == 7 and lifted[first:first + 25] == [True] * 25
     assert not any(lifted[first + 25:])  # once per task
     assert lift.lifts == lift.lifts_total == 1 and lift.unsolved_total == 0
+    # one event, at the lift's start, for the operator's log
+    assert [(k, e.kind) for k, e in events] == [(first, "lifted")]
+    assert events[0][1].stamp_s == pytest.approx(3.0 + first * DT_S)
+    assert "stalled wide (65 mm for 0.5 s" in events[0][1].message
+    assert "lifting the tool 0.15 m over 1.5 s" in events[0][1].message
     lift.restart()
     assert any(_run(lift, [0.065] * 10))  # a new task may lift again
     assert lift.lifts_total == 2
@@ -94,9 +103,12 @@ def test_a_lift_that_cannot_be_solved_is_dropped_and_counted(arm):
     # the arm reaching far out over the table: half a metre up is out of its reach
     reaching = np.array([0.0, -0.5, 1.0, -2.0, -1.57, 0.0])
     lift = StalledGraspLift(GraspLiftConfig(stall_for_s=0.0, lift_m=0.5), arm, DT_S)
-    assert not any(_run(lift, [0.065] * 3, arm_rad=reaching))  # the policy's chunks stand
+    events = []
+    assert not any(_run(lift, [0.065] * 3, arm_rad=reaching, events=events))  # chunks stand
     assert lift.unsolved_total == 1 and lift.lifts_total == 0
     assert lift.lifts == 1  # not tried again at every chunk
+    assert [(k, e.kind) for k, e in events] == [(0, "lift_unsolved")]
+    assert "not lifted, the policy's chunks stand" in events[0][1].message
 
 
 @pytest.mark.parametrize("bad", [dict(wide_above_m=0.09), dict(lift_ramp_s=0.0),

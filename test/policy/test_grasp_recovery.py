@@ -30,7 +30,10 @@ def test_a_lift_owns_the_chunk_and_a_lost_object_is_regrasped_after_it(arm):
     stamps = 3.0 + DT_S * np.arange(36)
     # stalled wide at 65 mm for 0.5 s -> lifted; the cube slips out at once (opening 0)
     openings = [0.065] * 6 + [0.0] * 30
-    chunks = [_step(recovery, o, t) for o, t in zip(openings, stamps, strict=True)]
+    chunks, events = [], []
+    for k, (opening, stamp) in enumerate(zip(openings, stamps, strict=True)):
+        chunks.append(_step(recovery, opening, stamp))
+        events += [(k, e.kind) for e in recovery.events]
     lifting = [not np.allclose(c[:, :6], GRASP_POSE_RAD) for c in chunks]
     assert lifting.index(True) == 5 and lifting[5:25] == [True] * 20
     gripper = np.array([c[0, -1] for c in chunks])
@@ -38,6 +41,7 @@ def test_a_lift_owns_the_chunk_and_a_lost_object_is_regrasped_after_it(arm):
     # after the lift the retry sees a gripper closed on nothing for 0.5 s and re-opens it
     assert gripper[30] == recovery.retry.config.open_to_m and not np.any(gripper[25:30])
     assert (recovery.lifts_total, recovery.retries_total) == (1, 1)
+    assert events == [(5, "lifted"), (30, "reopened")]  # what the node logs, when
     recovery.restart()
     assert recovery.lift.lifts == 0 and recovery.retry.retries == 0
 

@@ -37,6 +37,19 @@ def test_a_gripper_closed_on_nothing_is_reopened_for_open_for_s():
     assert retry.retries == retry.retries_total == 2
 
 
+def test_each_reopening_is_one_event_for_the_log():
+    retry = EmptyGraspRetry(GraspRetryConfig(empty_for_s=0.5, open_for_s=1.0, max_retries=2))
+    events = []
+    for k, opening in enumerate([0.08] * 3 + [0.001] * 40):
+        retry.apply(_chunk(), opening, 3.0 + k * DT_S)
+        if retry.last_event is not None:
+            events.append((k, retry.last_event))
+    assert [(k, e.kind) for k, e in events] == [(8, "reopened"), (23, "reopened")]
+    assert events[0][1].stamp_s == pytest.approx(3.8)
+    assert "closed on nothing (1 mm for 0.5 s): held open at 85 mm for 1 s" in events[0][1].message
+    assert "(re-opening 2 of 2 for this task)" in events[1][1].message
+
+
 def test_a_held_object_is_never_released():
     retry = EmptyGraspRetry(GraspRetryConfig())
     # closing onto a 40 mm cube: the opening stops at the object's width

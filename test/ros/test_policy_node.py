@@ -340,6 +340,9 @@ def test_a_gripper_closed_on_nothing_is_reopened(ros, start_node, assets):
     assert not any(held_open(m) for m in later)
     ros.spin_until(lambda: h.count("grasp_retries_total") == 1, 5.0,
                    lambda: f"grasp_retries_total: {h.diagnostics()}")
+    # the operator reads why the gripper opened, once
+    ros.spin_until(lambda: "grasp recovery (reopened" in node.log(), 5.0, node.log)
+    assert node.log().count("grasp recovery (reopened") == 1, node.log()
     for _, msg in h.chunks[first:]:
         for point in msg.points:  # the arm columns are the policy's in every chunk
             assert all(math.isfinite(q) for q in point.positions)
