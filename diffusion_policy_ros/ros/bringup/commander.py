@@ -47,6 +47,9 @@ from diffusion_policy_ros.ros.sim_clock import drop_time_source_subscription
 
 #: The package's nodes in a grasp graph (each reports on /diagnostics).
 GRAPH_NODES = ("sim_node", "rgbd_sync_node", "policy_node", "pd_tracker_node")
+#: How long an episode's end waits (wall s) for its chunks still in flight: the policy
+#: publishes each chunk a few tens of milliseconds after its observation.
+IN_FLIGHT_WAIT_S = 0.5
 _LATCHED = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
 
 
@@ -94,6 +97,7 @@ class GraspCommander:
         self.chunks: list[list[float]] = []
         #: Each chunk's header stamp (the observation's, ns), per index in ``chunks``.
         self.chunk_stamps_ns: list[int] = []
+        self._newest_chunk_stamp_ns = -1
         self._sim_to_wall = SimTimeToWall() if use_sim_time else None
         #: With ``latency_stages``: the same latency hop by hop, per index in ``chunks``.
         self.latency_stages = LatencyStages() if latency_stages else None
@@ -184,6 +188,7 @@ class GraspCommander:
         published_ns = info.get("source_timestamp") or 0  # 0: not stamped
         self.chunks.append([time.monotonic(), float("nan")])
         self.chunk_stamps_ns.append(stamp_ns)
+        self._newest_chunk_stamp_ns = max(self._newest_chunk_stamp_ns, stamp_ns)
         if self._sim_to_wall is None:
             self._resolved(len(self.chunks) - 1, stamp_ns, stamp_ns, published_ns, received_ns)
         else:
@@ -441,18 +446,25 @@ class GraspCommander:
             self.instruct(own.instruction)
         return first
 
-    def _chunks_in_scored_span(self, report: dict, first_chunk: int) -> dict:
-        """``chunks_in_span``: the chunks received so far whose observation stamp lies in
-        the episode's scored span of sim time (from ``sim_time_s - elapsed_s`` of its end
-        report, up to but not including ``sim_time_s``), whenever they arrived: the
-        policy's chunk rate is that over ``elapsed_s``. Only on sim time, where stamps and
-        the report share a clock."""
+    def _episode_chunk_indices(self, report: dict, searched_from: int,
+                               arrived: range) -> tuple[list[int], bool]:
+        """The indices in ``chunks`` of the episode's own chunks, and whether they were
+        chosen by stamp. On sim time, where stamps and the report share a clock: those
+        received from ``searched_from`` on (the reset's request) whose observation stamp
+        lies in the scored span (from ``sim_time_s - elapsed_s`` of the end report, up to
+        but not including ``sim_time_s``), whenever they arrived; chunks still in flight
+        are waited for until one stamped at or after the end arrives (``IN_FLIGHT_WAIT_S``
+        at most). A reset this node learns of late (a reply or report lost and sent again
+        at the writer's next heartbeat, seconds later) then costs the count nothing.
+        Otherwise: the chunks that ``arrived`` between the reset and the end report."""
         if self._sim_to_wall is None or report.get("sim_time_s") is None:
-            return {}
+            return list(arrived), False
         end_ns = round(float(report["sim_time_s"]) * 1e9)
         start_ns = end_ns - round(float(report["elapsed_s"]) * 1e9)
-        count = sum(start_ns <= stamp < end_ns for stamp in self.chunk_stamps_ns[first_chunk:])
-        return {"chunks_in_span": count}
+        self.spin_until(lambda: self._newest_chunk_stamp_ns >= end_ns, IN_FLIGHT_WAIT_S)
+        stamps = self.chunk_stamps_ns
+        return [i for i in range(searched_from, len(stamps))
+                if start_ns <= stamps[i] < end_ns], True
 
     def run_episode(self, instruction: str | None = None, switch_after_s: float | None = None,
                     timeout_s: float | None = None, media_dir: Path | None = None) -> dict:
@@ -462,6 +474,7 @@ class GraspCommander:
         With ``record_media`` and ``media_dir``: ``episode_<seed>.gif`` and ``.png`` there.
         """
         timeout_s = self.episode_wall_limit_s() if timeout_s is None else timeout_s
+        searched_from = len(self.chunks)
         number = self.reset_episode()
         if self.recorder is not None:
             self.recorder.start()
@@ -472,11 +485,12 @@ class GraspCommander:
         if switch_after_s is not None:
             first = self.switch_instruction(number, switch_after_s, timeout_s)
         report = self.wait_for_episode_end(number, timeout_s)
-        end_chunk = len(self.chunks)
+        indices, by_stamp = self._episode_chunk_indices(
+            report, searched_from, range(first_chunk, len(self.chunks)))
         self.settle_latencies()
-        latencies = [ms for _, ms in self.chunks[first_chunk:end_chunk]]
+        latencies = [self.chunks[i][1] for i in indices]
         self.episode_chunk_latencies_ms.extend(latencies)
-        self.episode_latency_stages_ms.extend(self.stages_ms(range(first_chunk, end_chunk)))
+        self.episode_latency_stages_ms.extend(self.stages_ms(indices))
         record = {
             "episode": number, "seed": report["seed"], "status": report["status"],
             "target": report["target"],
@@ -489,7 +503,7 @@ class GraspCommander:
             "wall_s": report.get("wall_s", round(time.monotonic() - start, 3)),
             "chunks": len(latencies),
             "chunk_latency_ms": percentiles(latencies),
-            **self._chunks_in_scored_span(report, first_chunk),
+            **({"chunks_in_span": len(indices)} if by_stamp else {}),
         }
         if self.recorder is not None and media_dir is not None:
             record["media"] = self.recorder.finish(

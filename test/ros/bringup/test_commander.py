@@ -127,19 +127,21 @@ def test_a_chunk_read_before_the_clock_that_covers_its_stamp_gets_its_latency_la
 
 
 @pytest.mark.ros
-def test_an_episodes_chunks_are_counted_by_stamp_within_its_scored_span():
+def test_an_episodes_chunks_are_chosen_by_stamp_within_its_scored_span():
     """Chunks stamped before the episode's scoring began or after its end (the sim runs
-    on until the next reset) are not its own, whenever they arrived."""
+    on until the next reset) are not its own, whenever they arrived; those that arrived
+    before this node learnt of the reset (a lost reply, sent again seconds later) are."""
     ms = 1_000_000
     with GraspCommander(use_sim_time=True) as commander:
         for stamp_ms in (900, 1000, 1100, 2900, 3000, 3100):
             commander._on_chunk(_chunk(stamp_ms * ms), {"received_timestamp": 0})
         report = {"sim_time_s": 3.0, "elapsed_s": 2.0}  # scored from 1.0 s until 3.0 s
-        assert commander._chunks_in_scored_span(report, 0) == {"chunks_in_span": 3}
-        assert commander._chunks_in_scored_span(report, 3) == {"chunks_in_span": 1}
+        # The reset was requested before the first chunk, its reply read after the third.
+        assert commander._episode_chunk_indices(report, 0, range(3, 6)) == ([1, 2, 3], True)
+        assert commander._episode_chunk_indices(report, 3, range(3, 6)) == ([3], True)
     with GraspCommander(use_sim_time=False) as commander:  # stamps on another clock
         commander._on_chunk(_chunk(1000 * ms), {"received_timestamp": 0})
-        assert commander._chunks_in_scored_span(report, 0) == {}
+        assert commander._episode_chunk_indices(report, 0, range(1)) == ([0], False)
 
 
 @pytest.mark.ros
