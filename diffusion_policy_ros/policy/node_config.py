@@ -56,6 +56,13 @@ class PolicyNodeConfig:
         "a recorder), never ahead of pd_tracker_node's SCHED_FIFO loop. Needs CAP_SYS_NICE "
         "or a 'nice' limit; without it the node runs as started and says so",
         low=-20, high=19)
+    inference_priority: int = param(
+        0, "SCHED_FIFO priority of the thread that computes the chunks (0 = off: it runs at "
+        "the node's niceness): a chunk then starts as soon as its observation is complete "
+        "instead of waiting for a time slice. Keep it below pd_tracker_node's "
+        "realtime_priority, whose loop must still come first. Needs CAP_SYS_NICE or an "
+        "'rtprio' limit; without it the thread keeps the niceness and the node says so",
+        low=0, high=98)
     rate_hz: float = param(10.0, "Action chunks per second (on the frames' stamps, or the "
                            "node clock with tick_source timer)", low=0.1, high=200.0)
     tick_source: str = param(

@@ -66,6 +66,9 @@ Priority (``niceness``, -10 in config/policy_node.yaml): every thread of the nod
 ahead of normal-priority work, so on a busy machine a chunk is computed in one go
 rather than in slices between a simulation's, a recorder's and a sync node's wake-ups
 (figures in docs/lightdp.md); pd_tracker_node's SCHED_FIFO loop still comes first.
+``inference_priority`` (off by default) puts the inference thread alone under SCHED_FIFO,
+below the tracker: its chunks stop waiting for time slices, at the cost of whatever
+shares the cores with it (docs/lightdp.md, twenty-eighth session).
 """
 
 from __future__ import annotations
@@ -117,7 +120,7 @@ from diffusion_policy_ros.ros.node_main import run_node
 from diffusion_policy_ros.ros.params import declare_config
 from diffusion_policy_ros.ros.polled import PolledSubscription
 from diffusion_policy_ros.ros.publish_guard import PublishGuard
-from diffusion_policy_ros.ros.realtime import request_niceness
+from diffusion_policy_ros.ros.realtime import request_fifo_priority, request_niceness
 from diffusion_policy_ros.ros.sim_clock import ClockThread
 
 #: Runner stages reported on /diagnostics (``PolicyRunner.last_timings_ms`` keys).
@@ -218,6 +221,12 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
         self._worker = threading.Thread(target=self._inference_loop, name="policy_inference",
                                         daemon=True)
         self._worker.start()
+        problem = request_fifo_priority(cfg.inference_priority, self._worker.native_id)
+        if not problem:
+            self.scheduling += f", inference thread SCHED_FIFO {cfg.inference_priority}"
+        elif cfg.inference_priority:
+            self.get_logger().warning(f"inference_priority: {problem}; the inference thread "
+                                      f"runs at the node's {self.scheduling}")
         if cfg.autostart:
             self._autostart_timer = self.create_timer(0.0, self._autostart, clock=steady)
         self.get_logger().info(

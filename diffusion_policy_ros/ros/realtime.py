@@ -18,8 +18,9 @@ GIL_SWITCH_INTERVAL_S = 1e-4
 another busy one: that thread gets the GIL back within this, not Python's default 5 ms."""
 
 
-def request_fifo_priority(priority: int) -> str:
-    """Put the calling thread under SCHED_FIFO at ``priority``; '' on success, else why not.
+def request_fifo_priority(priority: int, thread_id: int = 0) -> str:
+    """Put the thread ``thread_id`` (its ``native_id``; 0 = the calling thread) under
+    SCHED_FIFO at ``priority``; '' on success, else why not.
 
     On Linux the policy is per thread; threads started afterwards inherit it.
     """
@@ -28,7 +29,7 @@ def request_fifo_priority(priority: int) -> str:
     if not hasattr(os, "sched_setscheduler"):
         return "SCHED_FIFO is not available on this platform"
     try:
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
+        os.sched_setscheduler(thread_id, os.SCHED_FIFO, os.sched_param(priority))
     except PermissionError:
         return (f"no permission for SCHED_FIFO priority {priority} (needs CAP_SYS_NICE or "
                 "'rtprio' in /etc/security/limits.conf)")

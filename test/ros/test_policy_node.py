@@ -354,7 +354,8 @@ def test_timer_ticks_act_at_rate_whatever_the_frames(ros, start_node, assets):
     camera; a busy machine can make it act on the same newest frame twice."""
     checkpoint, episode = assets
     node = start_node(MODULE, [*PARAMS, "-p", f"checkpoint:={checkpoint}",
-                               "-p", "autostart:=true", "-p", "tick_source:=timer"])
+                               "-p", "autostart:=true", "-p", "tick_source:=timer",
+                               "-p", "inference_priority:=20"])
     h = PolicyHarness(ros, episode)
     ros.spin_until(lambda: h.connected() and h.value("state") == "active", 30.0,
                    lambda: f"active: {h.diagnostics()}\n{node.log()}")
@@ -366,13 +367,17 @@ def test_timer_ticks_act_at_rate_whatever_the_frames(ros, start_node, assets):
     stamps = [stamp_to_ns(m.header.stamp) for _, m in h.chunks]
     assert stamps == sorted(stamps) and len(set(stamps)) >= 0.5 * len(stamps), stamps
     assert h.value("tick_source") == "timer" and h.count("watchdog_ticks") == 0
-    # config/policy_node.yaml's niceness -10 where the process may lower it (root,
-    # CAP_SYS_NICE); otherwise as started, with the reason logged.
+    # config/policy_node.yaml's niceness -10 and the inference thread under SCHED_FIFO
+    # where the process may have them (root, CAP_SYS_NICE); otherwise as started, with
+    # the reasons logged.
+    fifo = "inference thread SCHED_FIFO 20"
     if os.geteuid() == 0:
-        assert h.value("scheduling") == "niceness -10", node.log()
+        assert h.value("scheduling") == f"niceness -10, {fifo}", node.log()
     else:
         assert "no permission for niceness -10" in node.log() or \
-            h.value("scheduling") == "niceness -10"
+            h.value("scheduling").startswith("niceness -10")
+        assert "no permission for SCHED_FIFO priority 20" in node.log() or \
+            h.value("scheduling").endswith(fifo)
     assert node.alive(), node.log()
 
 

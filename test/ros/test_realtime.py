@@ -24,6 +24,25 @@ def test_fifo_is_granted_or_refused_with_a_reason():
     assert (result == "granted" and fifo) or ("SCHED_FIFO" in result and not fifo)
 
 
+def test_fifo_for_another_thread_leaves_the_caller_as_it_was():
+    code = """
+import os, threading
+from diffusion_policy_ros.ros.realtime import request_fifo_priority
+go = threading.Event()
+worker = threading.Thread(target=go.wait)
+worker.start()
+print(request_fifo_priority(10, worker.native_id) or 'granted')
+print(os.sched_getscheduler(worker.native_id) == os.SCHED_FIFO)
+print(os.sched_getscheduler(0) == os.SCHED_FIFO)
+go.set()
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, env=os.environ.copy(), check=True).stdout.splitlines()
+    result, worker_fifo, caller_fifo = out[0], out[1] == "True", out[2] == "True"
+    assert (result == "granted" and worker_fifo) or ("SCHED_FIFO" in result and not worker_fifo)
+    assert not caller_fifo
+
+
 def test_periodic_thread_steps_until_stopped():
     steps = threading.Semaphore(0)
     loop = PeriodicThread(steps.release, period_s=0.002, priority=0, name="test_loop")
