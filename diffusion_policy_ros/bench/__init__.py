@@ -48,6 +48,9 @@ module                 command                          what it measures
                                                         max difference
 ``rollouts``           ``dpr bench rollouts``           ``dpr finetune``'s rollout throughput (env
                                                         steps/s) for N environments
+``lift_path``          ``dpr bench lift-path``          the stalled-grasp lift's path solve for
+                                                        all points at once vs point by point:
+                                                        median ms, speed-up, pose errors
 ``sim_core``           (``python -m`` only)             MuJoCo camera frame render time per
                                                         resolution, physics steps per second,
                                                         real-time factor

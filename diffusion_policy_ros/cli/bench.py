@@ -52,6 +52,8 @@ def add_parser(sub) -> None:
              "speed-up, max difference)", "gae"),
             ("rollouts", "dpr finetune's rollout throughput (env steps/s) for N envs "
              "(--envs 1 2)", "rollouts"),
+            ("lift-path", "the stalled-grasp lift's path solve, batched vs point by point "
+             "(median ms, speed-up, pose errors)", "lift_path"),
             ("frozen-subscriber", "a joint_states subscriber frozen and resumed N times next "
              "to sim_node and the tracker: sim publish stalls, tracker faults, with the "
              "package's Fast DDS profiles vs shared memory", "frozen_subscriber"),

@@ -73,6 +73,13 @@ class GraspLiftConfig:
             raise ValueError(f"need 0 < lift_m ({self.lift_m}) <= 0.5 and squeeze_to_m >= 0")
 
 
+def lift_rise_m(config: GraspLiftConfig, action_dt_s: float) -> np.ndarray:
+    """The tool's rise (m) at each action step of a lift: ``lift_m`` over ``lift_ramp_s``."""
+    steps = int(np.ceil(config.lift_ramp_s / action_dt_s - STAMP_TOLERANCE_S))
+    return config.lift_m * np.minimum(np.arange(steps + 1) * action_dt_s / config.lift_ramp_s,
+                                      1.0)
+
+
 class StalledGraspLift:
     """Applies the rule of the module docstring to one task's chunks, in stamp order.
 
@@ -134,9 +141,7 @@ class StalledGraspLift:
             return chunk
         self._stalled_since_s = None
         self.lifts += 1
-        steps = int(np.ceil(c.lift_ramp_s / self.action_dt_s - STAMP_TOLERANCE_S))
-        rise = c.lift_m * np.minimum(np.arange(steps + 1) * self.action_dt_s / c.lift_ramp_s,
-                                     1.0)
+        rise = lift_rise_m(c, self.action_dt_s)
         path, error = self.kinematics.vertical_lift_path(np.asarray(joint_positions), rise)
         stalled = (f"grasp stalled wide ({joint_positions[self.gripper_column] * 1e3:.0f} mm "
                    f"for {waited_s:.1f} s, the policy commanding it closed)")
