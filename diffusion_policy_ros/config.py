@@ -75,8 +75,20 @@ def param(default: Any, description: str, *, low: float | None = None,
     return dataclasses.field(default=default, metadata=meta)
 
 
+def section(cls: type) -> Any:
+    """A dataclass field holding another component's config dataclass ``cls``: its fields
+    are this config's parameters ``<field>.<name>`` (a nested mapping in YAML), with
+    ``cls``'s defaults, descriptions and ranges, checked by ``cls.validate`` as well."""
+    return dataclasses.field(default_factory=cls)
+
+
+def _is_section(hint: Any) -> bool:
+    return isinstance(hint, type) and dataclasses.is_dataclass(hint)
+
+
 @dataclasses.dataclass(frozen=True)
 class ConfigField:
+    #: The attribute's path from the top config (``grasp_lift.lift_m`` in a section).
     attr: str
     param_name: str
     type: type
@@ -87,19 +99,35 @@ class ConfigField:
     choices: tuple[str, ...] | None
 
 
-def config_fields(cls: type) -> list[ConfigField]:
+def _param_name(f: dataclasses.Field, prefix: str) -> str:
+    return prefix + (f.metadata.get("param_name") or f.name)
+
+
+def config_fields(cls: type, prefix: str = "") -> list[ConfigField]:
+    """Every parameter of ``cls``, those of its ``section`` fields included."""
     hints = get_type_hints(cls)
     out = []
     for f in dataclasses.fields(cls):
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         hint = hints[f.name]
+        if _is_section(hint):
+            out.extend(dataclasses.replace(sub, attr=f"{f.name}.{sub.attr}")
+                       for sub in config_fields(hint, f"{_param_name(f, prefix)}."))
+            continue
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         base = getattr(hint, "__origin__", hint)
         out.append(ConfigField(
-            attr=f.name, param_name=f.metadata.get("param_name") or f.name, type=base,
+            attr=f.name, param_name=_param_name(f, prefix), type=base,
             default=default, description=f.metadata.get("description", ""),
             low=f.metadata.get("low"), high=f.metadata.get("high"),
             choices=f.metadata.get("choices")))
     return out
+
+
+def field_value(cfg: Any, field: ConfigField) -> Any:
+    """``field``'s value in the config ``cfg`` (through its sections)."""
+    for attr in field.attr.split("."):
+        cfg = getattr(cfg, attr)
+    return cfg
 
 
 def _coerce(field: ConfigField, value: Any) -> Any:
@@ -160,9 +188,19 @@ def config_from_params(cls: type, params: dict[str, Any]) -> Any:
     unknown = sorted(set(params) - set(fields))
     if unknown:
         raise ConfigError(f"unknown parameter(s) for {cls.__name__}: {unknown}")
+    values = {name: _coerce(field, params.get(name, field.default))
+              for name, field in fields.items()}
+    return _build(cls, "", values)
+
+
+def _build(cls: type, prefix: str, values: dict[str, Any]) -> Any:
+    """``cls`` from checked ``{param_name: value}``, its sections first, each validated."""
+    hints = get_type_hints(cls)
     kwargs = {}
-    for name, field in fields.items():
-        kwargs[field.attr] = _coerce(field, params.get(name, field.default))
+    for f in dataclasses.fields(cls):
+        name = _param_name(f, prefix)
+        kwargs[f.name] = (_build(hints[f.name], f"{name}.", values)
+                          if _is_section(hints[f.name]) else values[name])
     cfg = cls(**kwargs)
     check = getattr(cfg, "validate", None)
     if check is not None:

@@ -17,6 +17,7 @@ from diffusion_policy_ros.config import (
     ConfigError,
     config_fields,
     config_from_params,
+    field_value,
     load_node_params,
 )
 
@@ -56,7 +57,7 @@ def typed_parameters(cls: type, values: dict[str, str]) -> dict:
             cfg = config_from_params(cls, {name: value})
         except ConfigError as exc:
             raise LaunchArgumentError(f"{name}:={text}: {exc}") from None
-        out[name] = getattr(cfg, field.attr)
+        out[name] = field_value(cfg, field)
     return out
 
 

@@ -240,7 +240,7 @@ def evaluate(checkpoint: str | Path, episodes: int = 100, seed: int = 0,
                                  chunk_dt_s=runner.config.action_dt_s)
     runner.warmup("pick up the red cube")  # one-off costs stay out of the latency figures
     node_config = configured_policy_node()
-    retry_config, lift_config = node_config.grasp_retry(), node_config.grasp_lift()
+    retry_config, lift_config = node_config.grasp_retry, node_config.grasp_lift
     if grasp_retry is not None:
         retry_config.enabled = grasp_retry
     if grasp_lift is not None:

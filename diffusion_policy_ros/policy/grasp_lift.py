@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from diffusion_policy_ros.config import param
 from diffusion_policy_ros.policy.grasp_retry import STAMP_TOLERANCE_S, GraspEvent
 
 if TYPE_CHECKING:  # the rule itself needs no torch: the chain solves the path
@@ -35,30 +36,34 @@ if TYPE_CHECKING:  # the rule itself needs no torch: the chain solves the path
 
 @dataclasses.dataclass
 class GraspLiftConfig:
-    enabled: bool = True
-    #: A commanded opening below this and a measured one above it: the grasp stalled wide
-    #: (above every object's flat grasp, below the narrowest cube's diagonal, 57 mm).
-    wide_above_m: float = 0.053
-    #: A measured opening above this is an open gripper, not a stalled grasp.
-    open_below_m: float = 0.08
-    #: Closing slower than this counts as stalled (a free close runs at 0.1 m/s).
-    closing_below_m_s: float = 0.02
-    #: How long the grasp must stay stalled wide (s).
-    stall_for_s: float = 0.5
-    #: Only with the tool centre point below this height over the base (m; table top 0).
-    tool_below_m: float = 0.08
-    #: Chunk points whose gripper command counts as "commanded closed".
-    commanded_points: int = 4
-    #: Height the tool rises (m; the task counts 0.10 m as lifted).
-    lift_m: float = 0.15
-    #: Time over which it rises (s).
-    lift_ramp_s: float = 1.5
-    #: How long the lift replaces the policy's chunks (s).
-    lift_for_s: float = 2.5
-    #: Gripper opening commanded meanwhile (m): closed, so the fingers keep squeezing.
-    squeeze_to_m: float = 0.0
-    #: Lifts per task (instruction).
-    max_lifts: int = 1
+    """``policy_node``'s ``grasp_lift.*`` parameters (``PolicyNodeConfig``)."""
+
+    enabled: bool = param(
+        True, "Lift a grasp that stalled wide, e.g. a cube held across its corners, which the "
+        "policy never lifts (policy/grasp_lift.py); needs the arm's kinematics (urdf_file, "
+        "tool_link)")
+    wide_above_m: float = param(
+        0.053, "Commanded opening below this and measured above it: stalled wide (m; above "
+        "every flat grasp, below the narrowest cube's diagonal, 57 mm)", low=0.001, high=0.2)
+    open_below_m: float = param(0.08, "A measured opening above this is an open gripper, "
+                                "not a stalled grasp (m)", low=0.001, high=0.2)
+    closing_below_m_s: float = param(0.02, "Closing slower than this counts as stalled (m/s; "
+                                     "a free close runs at 0.1 m/s)", low=0.0, high=1.0)
+    stall_for_s: float = param(0.5, "Stalled wide this long before the lift (s)", low=0.0,
+                               high=10.0)
+    tool_below_m: float = param(
+        0.08, "Only with the tool centre point below this height over the base (m; table top "
+        "0): what the fingers hold still rests on the table", low=-1.0, high=2.0)
+    commanded_points: int = param(4, "Chunk points whose gripper command counts as "
+                                  "commanded closed", low=1, high=64)
+    lift_m: float = param(0.15, "Height the tool rises, orientation held (m; the task counts "
+                          "0.10 m as lifted)", low=0.01, high=0.5)
+    lift_ramp_s: float = param(1.5, "Time over which it rises (s)", low=0.1, high=10.0)
+    lift_for_s: float = param(2.5, "How long the lift replaces the policy's chunks (s)",
+                              low=0.1, high=30.0)
+    squeeze_to_m: float = param(0.0, "Gripper opening commanded during the lift (m; 0 = keep "
+                                "squeezing)", low=0.0, high=0.2)
+    max_lifts: int = param(1, "Lifts per task (instruction)", low=0, high=100)
 
     def validate(self) -> None:
         if not 0.0 < self.wide_above_m < self.open_below_m:

@@ -22,6 +22,8 @@ import dataclasses
 
 import numpy as np
 
+from diffusion_policy_ros.config import param
+
 #: Stamps this close count as equal (s): 10 Hz observations reach 0.5 s exactly.
 STAMP_TOLERANCE_S = 1e-6
 
@@ -40,17 +42,21 @@ class GraspEvent:
 
 @dataclasses.dataclass
 class GraspRetryConfig:
-    enabled: bool = True
-    #: An opening below this holds nothing (half the narrowest object here, 40 mm).
-    empty_below_m: float = 0.02
-    #: How long the gripper must stay closed on nothing before it is re-opened (s).
-    empty_for_s: float = 0.5
-    #: How long the gripper is held open before the policy's commands return (s).
-    open_for_s: float = 1.0
-    #: The opening commanded meanwhile (m; the gripper's stroke).
-    open_to_m: float = 0.085
-    #: Re-openings per task; then the policy's commands stand.
-    max_retries: int = 2
+    """``policy_node``'s ``grasp_retry.*`` parameters (``PolicyNodeConfig``)."""
+
+    enabled: bool = param(True, "Re-open a gripper that closed on nothing "
+                          "(policy/grasp_retry.py): the policy grasps again from there")
+    empty_below_m: float = param(
+        0.02, "A measured opening below this holds nothing (m; half the narrowest object "
+        "here, 40 mm)", low=0.001, high=0.2)
+    empty_for_s: float = param(0.5, "Closed on nothing this long before the gripper is "
+                               "re-opened (s)", low=0.0, high=10.0)
+    open_for_s: float = param(1.0, "The gripper is held open this long, then the policy's "
+                              "commands return (s)", low=0.05, high=10.0)
+    open_to_m: float = param(0.085, "The opening commanded while re-opening (m; the "
+                             "gripper's stroke)", low=0.001, high=0.2)
+    max_retries: int = param(2, "Re-openings per task (instruction); then the policy's "
+                             "commands stand", low=0, high=100)
 
     def validate(self) -> None:
         if not 0.0 < self.empty_below_m < self.open_to_m:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from diffusion_policy_ros.config import CONFIG_DIR, load_config, param
+from diffusion_policy_ros.config import CONFIG_DIR, load_config, param, section
 from diffusion_policy_ros.policy.grasp_lift import GraspLiftConfig
 from diffusion_policy_ros.policy.grasp_retry import GraspRetryConfig
 
@@ -17,8 +17,6 @@ DEVICE_CHOICES = ("auto", "cpu", "cuda", "npu")
 PRECISION_CHOICES = ("fp32", "fp16", "bf16")
 BACKEND_CHOICES = ("torch", "onnxruntime", "aotinductor")
 TICK_SOURCE_CHOICES = ("observation", "timer")
-_RETRY = GraspRetryConfig()  # the grasp_retry.* defaults
-_LIFT = GraspLiftConfig()  # the grasp_lift.* defaults
 
 
 @dataclasses.dataclass
@@ -100,77 +98,8 @@ class PolicyNodeConfig:
                            "packaged arm (description/arm.urdf)")
     tool_link: str = param("tcp", "URDF link drawn as the end effector in policy/markers")
     diagnostics_period_s: float = param(1.0, "Period of /diagnostics (s)", low=0.05, high=60.0)
-    grasp_retry_enabled: bool = param(
-        _RETRY.enabled, "Re-open a gripper that closed on nothing (policy/grasp_retry.py): "
-        "the policy grasps again from there", name="grasp_retry.enabled")
-    grasp_retry_empty_below_m: float = param(
-        _RETRY.empty_below_m, "A measured opening below this holds nothing (below the "
-        "narrowest object the robot grasps) (m)", low=0.001, high=0.2,
-        name="grasp_retry.empty_below_m")
-    grasp_retry_empty_for_s: float = param(
-        _RETRY.empty_for_s, "Closed on nothing this long before the gripper is re-opened "
-        "(s)", low=0.0, high=10.0, name="grasp_retry.empty_for_s")
-    grasp_retry_open_for_s: float = param(
-        _RETRY.open_for_s, "The gripper is held open this long, then the policy's commands "
-        "return (s)", low=0.05, high=10.0, name="grasp_retry.open_for_s")
-    grasp_retry_open_to_m: float = param(
-        _RETRY.open_to_m, "The opening commanded while re-opening (m; the gripper's "
-        "stroke)", low=0.001, high=0.2, name="grasp_retry.open_to_m")
-    grasp_retry_max_retries: int = param(
-        _RETRY.max_retries, "Re-openings per task (instruction); then the policy's commands "
-        "stand", low=0, high=100, name="grasp_retry.max_retries")
-
-    grasp_lift_enabled: bool = param(
-        _LIFT.enabled, "Lift a grasp that stalled wide, e.g. a cube held across its corners, "
-        "which the policy never lifts (policy/grasp_lift.py); needs the arm's kinematics "
-        "(urdf_file, tool_link)", name="grasp_lift.enabled")
-    grasp_lift_wide_above_m: float = param(
-        _LIFT.wide_above_m, "Commanded opening below this and measured above it: stalled "
-        "wide (above every flat grasp, below the narrowest cube's diagonal) (m)",
-        low=0.001, high=0.2, name="grasp_lift.wide_above_m")
-    grasp_lift_open_below_m: float = param(
-        _LIFT.open_below_m, "A measured opening above this is an open gripper, not a "
-        "stalled grasp (m)", low=0.001, high=0.2, name="grasp_lift.open_below_m")
-    grasp_lift_closing_below_m_s: float = param(
-        _LIFT.closing_below_m_s, "Closing slower than this counts as stalled (m/s)",
-        low=0.0, high=1.0, name="grasp_lift.closing_below_m_s")
-    grasp_lift_stall_for_s: float = param(
-        _LIFT.stall_for_s, "Stalled wide this long before the lift (s)", low=0.0, high=10.0,
-        name="grasp_lift.stall_for_s")
-    grasp_lift_tool_below_m: float = param(
-        _LIFT.tool_below_m, "Only with the tool centre point below this height over the "
-        "base (m): what the fingers hold still rests on the table", low=-1.0, high=2.0,
-        name="grasp_lift.tool_below_m")
-    grasp_lift_commanded_points: int = param(
-        _LIFT.commanded_points, "Chunk points whose gripper command counts as commanded "
-        "closed", low=1, high=64, name="grasp_lift.commanded_points")
-    grasp_lift_lift_m: float = param(
-        _LIFT.lift_m, "Height the tool rises, orientation held (m)", low=0.01, high=0.5,
-        name="grasp_lift.lift_m")
-    grasp_lift_lift_ramp_s: float = param(
-        _LIFT.lift_ramp_s, "Time over which it rises (s)", low=0.1, high=10.0,
-        name="grasp_lift.lift_ramp_s")
-    grasp_lift_lift_for_s: float = param(
-        _LIFT.lift_for_s, "How long the lift replaces the policy's chunks (s)", low=0.1,
-        high=30.0, name="grasp_lift.lift_for_s")
-    grasp_lift_squeeze_to_m: float = param(
-        _LIFT.squeeze_to_m, "Gripper opening commanded during the lift (m; 0 = keep "
-        "squeezing)", low=0.0, high=0.2, name="grasp_lift.squeeze_to_m")
-    grasp_lift_max_lifts: int = param(
-        _LIFT.max_lifts, "Lifts per task (instruction)", low=0, high=100,
-        name="grasp_lift.max_lifts")
-
-    def grasp_retry(self) -> GraspRetryConfig:
-        return self._section(GraspRetryConfig, "grasp_retry")
-
-    def grasp_lift(self) -> GraspLiftConfig:
-        return self._section(GraspLiftConfig, "grasp_lift")
-
-    def _section(self, config_class, prefix: str):
-        """``config_class`` from this node's ``<prefix>_<field>`` attributes (the
-        ``<prefix>.<field>`` parameters), field by field."""
-        return config_class(**{f.name: getattr(self, f"{prefix}_{f.name}")
-                               for f in dataclasses.fields(config_class)})
+    grasp_retry: GraspRetryConfig = section(GraspRetryConfig)
+    grasp_lift: GraspLiftConfig = section(GraspLiftConfig)
 
     @property
     def action_joint_names(self) -> list[str]:
@@ -182,8 +111,6 @@ class PolicyNodeConfig:
             raise ValueError(f"joint names must be non-empty strings, got {names}")
         if len(set(names)) != len(names):
             raise ValueError(f"joint_names + [gripper_joint] has duplicates: {names}")
-        self.grasp_retry().validate()
-        self.grasp_lift().validate()
 
 
 def configured_policy_node() -> PolicyNodeConfig:
@@ -194,4 +121,4 @@ def configured_policy_node() -> PolicyNodeConfig:
 
 def configured_grasp_retry() -> GraspRetryConfig:
     """The grasp retry ``policy_node`` runs with its shipped parameters."""
-    return configured_policy_node().grasp_retry()
+    return configured_policy_node().grasp_retry

@@ -272,9 +272,9 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
             return self._fail(f"cannot load checkpoint '{cfg.checkpoint}' on device "
                               f"'{cfg.device}' ({type(exc).__name__}: {exc})")
         load_ms = (time.perf_counter() - t0) * 1e3
-        fk, problem = self._load_fk() if cfg.publish_markers or cfg.grasp_lift_enabled \
+        fk, problem = self._load_fk() if cfg.publish_markers or cfg.grasp_lift.enabled \
             else (None, "")
-        if fk is None and cfg.grasp_lift_enabled:
+        if fk is None and cfg.grasp_lift.enabled:
             return self._fail(f"grasp_lift.enabled needs the arm's kinematics: {problem} "
                               f"(or set grasp_lift.enabled:=false)")
         warmup = []
@@ -294,7 +294,7 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
         if fk is None and cfg.publish_markers:
             self.get_logger().warning(f"policy/markers disabled: {problem}")
         self._fk = fk if cfg.publish_markers else None
-        self.grasp_recovery = GraspRecovery(cfg.grasp_retry(), cfg.grasp_lift(), fk,
+        self.grasp_recovery = GraspRecovery(cfg.grasp_retry, cfg.grasp_lift, fk,
                                             c.action_dt_s)
         self._retry_generation = -1
         self._warmup_ms = warmup

@@ -8,6 +8,7 @@ from diffusion_policy_ros.config import (
     ConfigError,
     config_fields,
     config_from_params,
+    field_value,
     load_config,
     load_node_params,
 )
@@ -29,11 +30,11 @@ def test_yaml_section_has_exactly_the_dataclass_defaults():
     params = load_node_params(YAML, "policy_node")  # nested sections as dotted names
     assert "grasp_retry" in yaml.safe_load(YAML.read_text())["/**/policy_node"]["ros__parameters"]
     defaults = PolicyNodeConfig()
-    assert params == {f.param_name: getattr(defaults, f.attr)
+    assert params == {f.param_name: field_value(defaults, f)
                       for f in config_fields(PolicyNodeConfig)}
     assert load_config(PolicyNodeConfig, YAML, "policy_node") == defaults
-    assert defaults.grasp_retry() == GraspRetryConfig()  # one set of defaults
-    assert defaults.grasp_lift() == GraspLiftConfig()
+    assert defaults.grasp_retry == GraspRetryConfig()  # one set of defaults
+    assert defaults.grasp_lift == GraspLiftConfig()
 
 
 def test_defaults_follow_the_contract():
