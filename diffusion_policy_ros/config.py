@@ -4,7 +4,8 @@ Every component has one dataclass whose fields carry a description and an
 allowed range (``param(...)``). The same declaration serves three readers:
 the YAML files in ``config/`` (ROS ``--params-file`` layout), the ROS node
 (which declares each field as a parameter with a descriptor), and offline
-tools that load the YAML without ROS.
+tools that load the YAML without ROS. A node whose config embeds another component's
+(``section``) declares that component's fields as ``<section>.<field>``.
 """
 
 from __future__ import annotations
