@@ -42,22 +42,15 @@ def point_by_point_path(arm: SerialChainKinematics, q0_rad: np.ndarray, rise_m: 
     step = 1e-6 if dtype == torch.float64 else 1e-3
     probes = torch.cat([torch.eye(n, dtype=dtype), -torch.eye(n, dtype=dtype)]) * step
 
-    def error(qq: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        p, r = arm.pose(qq)
-        rot = r0.transpose(-1, -2) @ r
-        w = 0.5 * torch.stack([rot[..., 2, 1] - rot[..., 1, 2], rot[..., 0, 2] - rot[..., 2, 0],
-                               rot[..., 1, 0] - rot[..., 0, 1]], dim=-1)
-        return torch.cat([p - target, 0.1 * w], dim=-1)
-
     path, worst = [], 0.0
     for rise in np.asarray(rise_m, dtype=np.float64):
         target = p0 + torch.tensor([0.0, 0.0, rise], dtype=dtype)
         for _ in range(iterations):
-            both = error(q + probes, target)
+            both = arm.pose_error(q + probes, target, r0)
             jacobian = ((both[:n] - both[n:]) / (2 * step)).T
             lhs = jacobian @ jacobian.T + damping * torch.eye(6, dtype=dtype)
-            q = q - jacobian.T @ torch.linalg.solve(lhs, error(q, target))
-        worst = max(worst, float(error(q, target).abs().max()))
+            q = q - jacobian.T @ torch.linalg.solve(lhs, arm.pose_error(q, target, r0))
+        worst = max(worst, float(arm.pose_error(q, target, r0).abs().max()))
         path.append(q.clone())
     return torch.stack(path).numpy().astype(np.float64), worst
 

@@ -92,6 +92,18 @@ class SerialChainKinematics(nn.Module):
         """``forward`` with numpy in and out, for callers that hold no tensors (markers)."""
         return self.pose(torch.as_tensor(np.asarray(q_rad)))[0].cpu().numpy()
 
+    def pose_error(self, q_rad: torch.Tensor, position_m: torch.Tensor,
+                   rotation: torch.Tensor) -> torch.Tensor:
+        """(..., 6): the tool's position at ``q_rad`` minus ``position_m`` (m), then its
+        rotation away from ``rotation`` (3, 3) as a small-angle rotation vector weighted as
+        0.1 m per rad: the error ``vertical_lift_path`` drives to zero."""
+        p, r = self.pose(q_rad)
+        rot = rotation.transpose(-1, -2) @ r
+        w = 0.5 * torch.stack([rot[..., 2, 1] - rot[..., 1, 2],
+                               rot[..., 0, 2] - rot[..., 2, 0],
+                               rot[..., 1, 0] - rot[..., 0, 1]], dim=-1)
+        return torch.cat([p - position_m, 0.1 * w], dim=-1)
+
     @torch.no_grad()
     def vertical_lift_path(self, q0_rad: np.ndarray, rise_m: np.ndarray,
                            max_iterations: int = 8, tolerance: float = 1e-6,
@@ -120,12 +132,7 @@ class SerialChainKinematics(nn.Module):
         regulariser = damping * torch.eye(6, dtype=dtype)
         q = q0.expand(len(rise), n).clone()
         for iteration in range(max_iterations + 1):
-            p, r = self.pose(q[:, None, :] + probes)  # (P, 2J + 1, ...)
-            rot = r0.transpose(-1, -2) @ r
-            w = 0.5 * torch.stack([rot[..., 2, 1] - rot[..., 1, 2],
-                                   rot[..., 0, 2] - rot[..., 2, 0],
-                                   rot[..., 1, 0] - rot[..., 0, 1]], dim=-1)
-            errors = torch.cat([p - targets, 0.1 * w], dim=-1)  # (P, 2J + 1, 6)
+            errors = self.pose_error(q[:, None, :] + probes, targets, r0)  # (P, 2J + 1, 6)
             worst = float(errors[:, 0].abs().max()) if len(rise) else 0.0
             if worst <= tolerance or iteration == max_iterations:
                 break
