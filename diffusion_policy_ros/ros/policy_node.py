@@ -13,11 +13,13 @@ Thin lifecycle adapter around ``policy.runner.PolicyRunner`` and
   at start-up (plain ``ros2 run``, in-process bring-up).
 
 Subscribes ``observation/image`` + ``observation/points`` (paired by exact
-stamp), ``joint_states`` (polled, ``ros.polled``: the queued states are taken
-with each observation message and before each chunk, not one executor wake-up
-per 500 Hz message) and ``instruction`` (reliable; transient local for a latched
-publisher that was there first and volatile for ``ros2 topic pub``, see
-``ros/latched.py``) and republishes each instruction it takes on
+stamp; taken on a thread of their own as soon as they are queued,
+``ros.polled.WaitedSubscriptions``), ``joint_states`` (polled, ``ros.polled``: the
+inference worker takes the queued states every ``JOINT_STATES_TAKE_PERIOD_S`` while
+it waits and before each chunk, not one executor wake-up per 500 Hz message, and not
+fifty of them on the way from a frame to its chunk) and ``instruction`` (reliable;
+transient local for a latched publisher that was there first and volatile for
+``ros2 topic pub``, see ``ros/latched.py``) and republishes each instruction it takes on
 ``policy/instruction`` (reliable, transient local): what the policy acts on, for
 the simulation's scoring and for operators. A tick (``tick_source``: by default
 the frame that completes an image + cloud pair, ``rate_hz`` of them a second on
@@ -44,23 +46,23 @@ URDF's kinematics; ``grasp_lifts_total``), which the policy itself never does. E
 re-opening and lift is logged at INFO (a lift whose path cannot be solved at WARN): an
 arm or gripper motion the policy did not command; a few per task at most.
 
-Threading: inference runs on the node's own worker thread, never on the executor's:
-the frame callbacks and the ``rate_hz`` timer (its own callback group; with
-observation ticks it ticks only when frames stop, counted as ``watchdog_ticks``)
-only mark a chunk as due and the worker computes and publishes it, so subscriptions,
-services and diagnostics keep running while the policy computes, under the
-single-threaded executor of ``ros2 run`` as under a bring-up's multi-threaded one. A
-tick that finds the previous chunk still computing is counted (``overrun_ticks``)
-and coalesced. A new instruction is embedded on the worker too (a cache miss runs
-the sentence encoder), before the next chunk. Measured on the 2-core machine, this
-node keeps its chunk rate on a fraction of a core, while spinning it in rclpy's
-MultiThreadedExecutor with one callback group per role took several times the CPU
-and fell far short of the rate (its Python dispatch loop competes for the GIL and
-busy-waits on busy groups; figures in docs/benchmarks.md, "Measurements behind the
-code's design"). Lifecycle transitions run on the executor thread: configure (load +
-warm-up, seconds) holds incoming messages in their queues meanwhile. The observation
-history and the language cache are thread-safe; everything else the worker reads is
-swapped atomically.
+Threading: inference runs on the node's own worker thread, never on the executor's: the
+frame handlers (on the observation thread) and the ``rate_hz`` timer (its own callback
+group; with observation ticks it ticks only when frames stop, counted as
+``watchdog_ticks``) only mark a chunk as due and the worker computes and publishes it,
+so subscriptions, services and diagnostics keep running while the policy computes, under
+the single-threaded executor of ``ros2 run`` as under a bring-up's multi-threaded one. A
+tick that finds the previous chunk still computing is counted (``overrun_ticks``) and
+coalesced. A new instruction is embedded on the worker too (a cache miss runs the
+sentence encoder), before the next chunk. Measured on the 2-core machine, this node
+keeps its chunk rate on a fraction of a core, while spinning it in rclpy's
+MultiThreadedExecutor with one callback group per role took several times the CPU and
+fell far short of the rate (its Python dispatch loop competes for the GIL and busy-waits
+on busy groups; figures in docs/benchmarks.md, "Measurements behind the code's design").
+Lifecycle transitions run on the executor thread: configure (load + warm-up, seconds)
+holds the executor's messages (instruction, services) in their queues meanwhile. The
+observation history and the language cache are thread-safe; everything else the worker
+reads is swapped atomically.
 
 Priority (``niceness``, -10 in config/policy_node.yaml): every thread of the node runs
 ahead of normal-priority work, so on a busy machine a chunk is computed in one go
@@ -118,9 +120,17 @@ from diffusion_policy_ros.ros.latched import subscribe_any_durability
 from diffusion_policy_ros.ros.lean_events import LeanEventsMixin
 from diffusion_policy_ros.ros.node_main import run_node
 from diffusion_policy_ros.ros.params import declare_config
-from diffusion_policy_ros.ros.polled import PolledSubscription
+from diffusion_policy_ros.ros.polled import (
+    PolledSubscription,
+    WaitedSubscriptions,
+    incompatible_publishers,
+)
 from diffusion_policy_ros.ros.publish_guard import PublishGuard
-from diffusion_policy_ros.ros.realtime import request_fifo_priority, request_niceness
+from diffusion_policy_ros.ros.realtime import (
+    MessageDrivenThread,
+    request_fifo_priority,
+    request_niceness,
+)
 from diffusion_policy_ros.ros.sim_clock import ClockThread
 
 #: Runner stages reported on /diagnostics (``PolicyRunner.last_timings_ms`` keys).
@@ -129,6 +139,9 @@ STAGES = ("language", "rgb_encoder", "point_encoder", "grounding", "tool_target"
 _SUCCESS, _FAILURE = TransitionCallbackReturn.SUCCESS, TransitionCallbackReturn.FAILURE
 #: joint_states kept between two takes: 0.4 s at 500 Hz.
 JOINT_STATE_QUEUE_DEPTH = 200
+#: How often the idle inference worker takes the queued joint_states (s): about ten at a
+#: time at 500 Hz, so the take before a chunk is short.
+JOINT_STATES_TAKE_PERIOD_S = 0.02
 NO_INSTRUCTION = ("no instruction yet: publish one on 'instruction' (std_msgs/String), e.g. "
                   "ros2 topic pub --once --keep-alive 2 /instruction std_msgs/msg/String "
                   "\"{data: 'pick up the red cube'}\"")
@@ -198,11 +211,15 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
         self._inference_group = MutuallyExclusiveCallbackGroup()
         steady = Clock(clock_type=ClockType.STEADY_TIME)
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
-        self.create_subscription(Image, "observation/image", self._on_image, QoSProfile(depth=5))
-        self.create_subscription(PointCloud2, "observation/points", self._on_points,
-                                 QoSProfile(depth=5))
-        # Takes come at least with every frame (30 Hz) and every chunk; the depth leaves
-        # room for late ones.
+        observation = [PolledSubscription(self, msg_type, topic, QoSProfile(depth=5))
+                       for msg_type, topic in ((Image, "observation/image"),
+                                               (PointCloud2, "observation/points"))]
+        self._qos_warned: set[str] = set()
+        self._observation_handlers = {id(observation[0]): self._on_image,
+                                      id(observation[1]): self._on_points}
+        self.observation_topics = WaitedSubscriptions(self, observation)
+        # Takes come every JOINT_STATES_TAKE_PERIOD_S and before every chunk; the depth
+        # leaves room for a long chunk.
         self.joint_states = PolledSubscription(self, JointState, "joint_states",
                                                QoSProfile(depth=JOINT_STATE_QUEUE_DEPTH))
         subscribe_any_durability(self, String, "instruction", self._on_instruction)
@@ -221,6 +238,9 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
         self._worker = threading.Thread(target=self._inference_loop, name="policy_inference",
                                         daemon=True)
         self._worker.start()
+        self.observation_thread = MessageDrivenThread(
+            self.observation_topics, self._on_observation_message, 0, "policy_observations")
+        self.observation_thread.start()
         problem = request_fifo_priority(cfg.inference_priority, self._worker.native_id)
         if not problem:
             self.scheduling += f", inference thread SCHED_FIFO {cfg.inference_priority}"
@@ -373,8 +393,11 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
         if self.input_rejects.record(reason, time.monotonic()):
             self.get_logger().error(f"{message} [{self.input_rejects.counts[reason]} so far]")
 
+    def _on_observation_message(self, taken) -> None:
+        subscription, msg = taken
+        self._observation_handlers[id(subscription)](msg)
+
     def _on_image(self, msg: Image) -> None:
-        self._take_joint_states()
         try:
             rgb = decode_color(raw_image(msg))
         except FrameRejected as exc:
@@ -385,7 +408,6 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
             self._on_frame(stamp_ns)
 
     def _on_points(self, msg: PointCloud2) -> None:
-        self._take_joint_states()
         try:
             points, colors = xyzrgb_from_cloud_msg(msg)
         except ValueError as exc:
@@ -468,12 +490,15 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
     def _inference_loop(self) -> None:
         while True:
             with self._work:
-                while not (self._tick_due or self._embed_due or self._closing):
-                    self._work.wait()
+                if not (self._tick_due or self._embed_due or self._closing):
+                    self._work.wait(JOINT_STATES_TAKE_PERIOD_S)
                 if self._closing:
                     return
                 tick, self._tick_due = self._tick_due, False
                 embed, self._embed_due = self._embed_due, ""
+            if not (tick or embed):
+                self._take_joint_states()
+                continue
             try:
                 if embed:
                     self._embed(embed)
@@ -609,7 +634,22 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
     def _clock_s(self) -> float:
         return self.get_clock().now().nanoseconds * 1e-9
 
+    def _check_observation_qos(self) -> None:
+        """Warn once per topic when a publisher's QoS can never match the observation
+        subscriptions (they have no QoS event handler, ``ros.polled``)."""
+        for sub in self.observation_topics.subscriptions:
+            topic = sub.subscription.topic_name
+            publishers = incompatible_publishers(self, topic, sub.qos)
+            if publishers and topic not in self._qos_warned:
+                self._qos_warned.add(topic)
+                self.get_logger().warning(
+                    f"{topic}: publisher '{publishers[0]}' offers QoS (best effort or "
+                    "volatile) that this reliable subscription cannot take: no observations "
+                    "from it")
+
     def _publish_diagnostics(self) -> None:
+        self.observation_thread.raise_failure("policy_node's observation thread")
+        self._check_observation_qos()
         cfg = self.config
         rate = self.chunk_rate.rate_hz(self._clock_s())
         acting = self._state == "active" and not self._stopped
@@ -693,6 +733,10 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
 
 
     def destroy_node(self):
+        observation_thread = getattr(self, "observation_thread", None)
+        if observation_thread is not None:
+            observation_thread.stop()
+            self.observation_topics.destroy()
         worker = getattr(self, "_worker", None)  # absent when the parameters were invalid
         if worker is not None:
             with self._work:

@@ -1,7 +1,9 @@
 """rgbd_sync_node: Kinect colour + registered depth -> synchronized policy observation.
 
 Thin adapter around ``perception.sync_buffer`` and ``perception.pipeline``:
-subscribes the camera topics, pairs frames by stamp, publishes
+takes the camera topics on a thread of its own (``ros.polled.WaitedSubscriptions``:
+each message is handled as soon as it is queued, not when the executor comes to it),
+pairs frames by stamp, publishes
 ``observation/image`` and ``observation/points`` with the colour stamp (for every
 pair, or ``output_rate_hz`` of them a second: ``perception.frame_schedule``),
 ``camera/points`` at a lower rate for rviz, and ``/diagnostics``.
@@ -9,6 +11,7 @@ pair, or ``output_rate_hz`` of them a second: ``perception.frame_schedule``),
 
 from __future__ import annotations
 
+import threading
 import time
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
@@ -34,7 +37,13 @@ from diffusion_policy_ros.ros.conversions import (
 from diffusion_policy_ros.ros.lean_events import LeanEventsMixin
 from diffusion_policy_ros.ros.node_main import run_node
 from diffusion_policy_ros.ros.params import declare_config
+from diffusion_policy_ros.ros.polled import (
+    PolledSubscription,
+    WaitedSubscriptions,
+    incompatible_publishers,
+)
 from diffusion_policy_ros.ros.publish_guard import PublishGuard
+from diffusion_policy_ros.ros.realtime import MessageDrivenThread
 from diffusion_policy_ros.ros.sim_clock import ClockThread
 
 CAMERA_TOPICS = ("camera/rgb/image_raw", "camera/depth_to_rgb/image_raw", "camera/rgb/camera_info")
@@ -42,6 +51,10 @@ CAMERA_TOPICS = ("camera/rgb/image_raw", "camera/depth_to_rgb/image_raw", "camer
 
 class RgbdSyncNode(LeanEventsMixin, Node):
     def __init__(self, **kwargs):
+        # Before anything can fail: destroy_node reads them.
+        self.camera_thread: MessageDrivenThread | None = None
+        self.camera_topics: WaitedSubscriptions | None = None
+        self.clock_thread: ClockThread | None = None
         super().__init__("rgbd_sync_node", **kwargs)
         self.config: RgbdSyncConfig = declare_config(self, RgbdSyncConfig)
         cfg = self.config
@@ -66,11 +79,6 @@ class RgbdSyncNode(LeanEventsMixin, Node):
         reliability = (ReliabilityPolicy.RELIABLE if cfg.sensor_qos_reliability == "reliable"
                        else ReliabilityPolicy.BEST_EFFORT)
         self._sensor_qos = QoSProfile(depth=5, reliability=reliability)
-        self.create_subscription(Image, "camera/rgb/image_raw", self._on_color, self._sensor_qos)
-        self.create_subscription(Image, "camera/depth_to_rgb/image_raw", self._on_depth,
-                                 self._sensor_qos)
-        self.create_subscription(CameraInfo, "camera/rgb/camera_info", self._on_camera_info,
-                                 self._sensor_qos)
         self.image_pub = self.create_publisher(Image, "observation/image", QoSProfile(depth=2))
         self.points_pub = self.create_publisher(PointCloud2, "observation/points",
                                                 QoSProfile(depth=2))
@@ -80,6 +88,20 @@ class RgbdSyncNode(LeanEventsMixin, Node):
         # not silence a node's health report.
         self.create_timer(cfg.diagnostics_period_s, self._publish_diagnostics,
                           clock=Clock(clock_type=ClockType.STEADY_TIME))
+        # camera_info first: a frame's intrinsics are in place before its images are paired.
+        topics = [(CameraInfo, CAMERA_TOPICS[2], self._on_camera_info),
+                  (Image, CAMERA_TOPICS[0], self._on_color),
+                  (Image, CAMERA_TOPICS[1], self._on_depth)]
+        subscriptions = [PolledSubscription(self, msg_type, topic, self._sensor_qos)
+                         for msg_type, topic, _ in topics]
+        self._handlers = {id(sub): handler
+                          for sub, (_, _, handler) in zip(subscriptions, topics, strict=True)}
+        # The camera thread's state against the diagnostics timer's reads.
+        self._lock = threading.Lock()
+        self.camera_topics = WaitedSubscriptions(self, subscriptions)
+        self.camera_thread = MessageDrivenThread(self.camera_topics, self._on_camera_message, 0,
+                                                 "rgbd_sync_camera")
+        self.camera_thread.start()
         self.get_logger().info(
             f"rgbd_sync_node ready: {cfg.num_points} points in {cfg.base_frame}, image "
             f"{cfg.image_size[0]}x{cfg.image_size[1]}, max skew {cfg.max_skew_s * 1e3:.1f} ms")
@@ -92,6 +114,11 @@ class RgbdSyncNode(LeanEventsMixin, Node):
                 self.get_logger().warning(text)
             else:
                 self.get_logger().error(text)
+
+    def _on_camera_message(self, taken) -> None:
+        subscription, msg = taken
+        with self._lock:
+            self._handlers[id(subscription)](msg)
 
     def _on_camera_info(self, msg: CameraInfo) -> None:
         self.rates["camera_info"].tick(time.monotonic())
@@ -145,21 +172,24 @@ class RgbdSyncNode(LeanEventsMixin, Node):
 
     def _check_qos(self) -> None:
         """Warn once per topic when a publisher's QoS can never match our subscription."""
-        if self.config.sensor_qos_reliability != "reliable":
-            return
         for topic in CAMERA_TOPICS:
-            name = self.resolve_topic_name(topic)
-            for info in self.get_publishers_info_by_topic(name):
-                if info.qos_profile.reliability == ReliabilityPolicy.BEST_EFFORT and \
-                        name not in self._qos_warned:
-                    self._qos_warned.add(name)
-                    self.get_logger().warning(
-                        f"{name}: publisher '{info.node_name}' is best-effort and cannot match "
-                        "this reliable subscription; set sensor_qos_reliability:=best_effort "
-                        "(expect frame loss) or make the publisher reliable")
+            publishers = incompatible_publishers(self, topic, self._sensor_qos)
+            if publishers and topic not in self._qos_warned:
+                self._qos_warned.add(topic)
+                self.get_logger().warning(
+                    f"{self.resolve_topic_name(topic)}: publisher '{publishers[0]}' is "
+                    "best-effort and cannot match this reliable subscription; set "
+                    "sensor_qos_reliability:=best_effort (expect frame loss) or make the "
+                    "publisher reliable")
 
     def _publish_diagnostics(self) -> None:
+        self.camera_thread.raise_failure("rgbd_sync_node's camera thread")
         self._check_qos()
+        with self._lock:
+            msg = self._diagnostics()
+        self.publishing.publish(self.diag_pub, msg)
+
+    def _diagnostics(self) -> DiagnosticArray:
         now = time.monotonic()
         rates = {name: meter.rate_hz(now) for name, meter in self.rates.items()}
         status = DiagnosticStatus(name=f"{self.get_name()}: rgbd sync", hardware_id="rgbd_camera")
@@ -202,12 +232,15 @@ class RgbdSyncNode(LeanEventsMixin, Node):
         status.values = [KeyValue(key=k, value=v) for k, v in values.items()]
         msg = DiagnosticArray(status=[status])
         msg.header.stamp = self.get_clock().now().to_msg()
-        self.publishing.publish(self.diag_pub, msg)
+        return msg
 
     def destroy_node(self):
-        clock_thread = getattr(self, "clock_thread", None)  # absent: invalid parameters
-        if clock_thread is not None:
-            clock_thread.stop()
+        if self.camera_thread is not None:
+            self.camera_thread.stop()
+        if self.camera_topics is not None:
+            self.camera_topics.destroy()
+        if self.clock_thread is not None:
+            self.clock_thread.stop()
         return super().destroy_node()
 
 

@@ -17,7 +17,7 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from lifecycle_msgs.msg import State, Transition
 from lifecycle_msgs.srv import ChangeState, GetState
 from rclpy.parameter import Parameter
-from rclpy.qos import DurabilityPolicy, QoSProfile
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image, JointState, PointCloud2
 from std_msgs.msg import Header, String
 from std_srvs.srv import Trigger
@@ -402,6 +402,17 @@ def test_missing_checkpoint_fails_configure_cleanly(ros, start_node, tmp_path):
 
     ros.spin_until(lambda: status() is not None, 5.0, "diagnostics")
     assert status().level == DiagnosticStatus.ERROR and "does not exist" in status().message
+    assert node.alive(), node.log()
+
+
+def test_a_publisher_the_observation_readers_cannot_take_is_named(ros, start_node, tmp_path):
+    node = start_node(MODULE, [*PARAMS, "-p", f"checkpoint:={tmp_path / 'unused'}"])
+    best_effort = QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT)
+    ros.node.create_publisher(PointCloud2, "observation/points", best_effort)
+    ros.spin_until(lambda: "observation/points: publisher" in node.log(), 30.0,
+                   lambda: f"the incompatible-QoS warning\n{node.log()}")
+    assert "cannot take: no observations from it" in node.log()
+    assert "observation/image: publisher" not in node.log()
     assert node.alive(), node.log()
 
 

@@ -1,9 +1,17 @@
 """Polled subscriptions: read in one take, never woken for by the executor (real DDS)."""
 
-from rclpy.qos import QoSProfile
-from std_msgs.msg import Int32
+import time
 
-from diffusion_policy_ros.ros.polled import PolledSubscription
+import rclpy
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from std_msgs.msg import Int32, String
+
+from diffusion_policy_ros.ros.polled import (
+    PolledSubscription,
+    WaitedSubscriptions,
+    incompatible_publishers,
+)
+from diffusion_policy_ros.ros.realtime import MessageDrivenThread
 
 
 def test_take_all_returns_the_queue_in_order_and_the_executor_never_runs_it(ros):
@@ -33,3 +41,53 @@ def test_take_all_returns_the_queue_in_order_and_the_executor_never_runs_it(ros)
     ros.spin_until(lambda: (latest.append(polled.take_latest()) or latest[-1] is not None),
                    10.0, "the newest message")
     assert latest[-1].data == 12 and polled.take_latest() is None
+
+
+def test_waited_subscriptions_hand_each_topics_messages_to_one_thread_as_they_come(ros):
+    numbers = PolledSubscription(ros.node, Int32, "waited_numbers", QoSProfile(depth=10))
+    words = PolledSubscription(ros.node, String, "waited_words", QoSProfile(depth=10))
+    topics = WaitedSubscriptions(ros.node, [numbers, words])
+    taken = []
+    thread = MessageDrivenThread(topics, lambda pair: taken.append(pair), 0, "waited_test",
+                                 idle_wait_s=30.0)
+    thread.start()
+    try:
+        pub_numbers = ros.node.create_publisher(Int32, "waited_numbers", QoSProfile(depth=10))
+        pub_words = ros.node.create_publisher(String, "waited_words", QoSProfile(depth=10))
+        ros.spin_until(lambda: pub_numbers.get_subscription_count() == 1 and
+                       pub_words.get_subscription_count() == 1, 10.0, "both subscriptions")
+        for k in (1, 2, 3):
+            pub_numbers.publish(Int32(data=k))
+        pub_words.publish(String(data="cube"))
+        # The thread waits 30 s between idle wake-ups: only the messages wake it sooner.
+        ros.spin_until(lambda: len(taken) == 4, 15.0, "the four messages")
+        assert [m.data for sub, m in taken if sub is numbers] == [1, 2, 3]
+        assert [m.data for sub, m in taken if sub is words] == ["cube"]
+        assert thread.failure is None
+    finally:
+        started = time.monotonic()
+        thread.stop(timeout_s=20.0)
+        topics.destroy()
+    assert not thread.running and time.monotonic() - started < 15.0  # woken, not timed out
+
+
+def test_incompatible_publishers_are_found_in_the_graph(ros):
+    reliable = QoSProfile(depth=5)
+    PolledSubscription(ros.node, String, "polled_qos", reliable)
+    ros.node.create_publisher(String, "polled_qos", QoSProfile(depth=1))
+    assert incompatible_publishers(ros.node, "polled_qos", reliable) == []
+    # A best-effort publisher cannot feed a reliable reader; a best-effort reader takes both.
+    other = rclpy.create_node("polled_qos_other", context=ros.context)
+    try:
+        other.create_publisher(
+            String, "polled_qos", QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT))
+        ros.spin_until(lambda: incompatible_publishers(ros.node, "polled_qos", reliable),
+                       15.0, "the best-effort publisher in the graph")
+        assert incompatible_publishers(ros.node, "polled_qos", reliable) == ["polled_qos_other"]
+        best_effort = QoSProfile(depth=5, reliability=ReliabilityPolicy.BEST_EFFORT)
+        assert incompatible_publishers(ros.node, "polled_qos", best_effort) == []
+        latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL,
+                             reliability=ReliabilityPolicy.BEST_EFFORT)
+        assert len(incompatible_publishers(ros.node, "polled_qos", latched)) == 2  # volatile
+    finally:
+        other.destroy_node()
