@@ -395,7 +395,11 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
 
     def _on_observation_message(self, taken) -> None:
         subscription, msg = taken
-        self._observation_handlers[id(subscription)](msg)
+        try:
+            self._observation_handlers[id(subscription)](msg)
+        except Exception as exc:  # noqa: BLE001 - a bad message must never stop the thread
+            self._reject_input("internal_error", f"ignored {type(msg).__name__}: "
+                                                 f"{type(exc).__name__}: {exc}")
 
     def _on_image(self, msg: Image) -> None:
         try:

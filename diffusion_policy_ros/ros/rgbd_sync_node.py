@@ -118,7 +118,10 @@ class RgbdSyncNode(LeanEventsMixin, Node):
     def _on_camera_message(self, taken) -> None:
         subscription, msg = taken
         with self._lock:
-            self._handlers[id(subscription)](msg)
+            try:
+                self._handlers[id(subscription)](msg)
+            except Exception as exc:  # noqa: BLE001 - a bad message must never stop the thread
+                self._drop("internal_error", f"{type(msg).__name__}: {type(exc).__name__}: {exc}")
 
     def _on_camera_info(self, msg: CameraInfo) -> None:
         self.rates["camera_info"].tick(time.monotonic())
