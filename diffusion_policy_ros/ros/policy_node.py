@@ -121,9 +121,9 @@ from diffusion_policy_ros.ros.lean_events import LeanEventsMixin
 from diffusion_policy_ros.ros.node_main import run_node
 from diffusion_policy_ros.ros.params import declare_config
 from diffusion_policy_ros.ros.polled import (
+    IncompatiblePublisherCheck,
     PolledSubscription,
     WaitedSubscriptions,
-    incompatible_publishers,
 )
 from diffusion_policy_ros.ros.publish_guard import PublishGuard
 from diffusion_policy_ros.ros.realtime import (
@@ -214,10 +214,10 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
         observation = [PolledSubscription(self, msg_type, topic, QoSProfile(depth=5))
                        for msg_type, topic in ((Image, "observation/image"),
                                                (PointCloud2, "observation/points"))]
-        self._qos_warned: set[str] = set()
         self._observation_handlers = {id(observation[0]): self._on_image,
                                       id(observation[1]): self._on_points}
         self.observation_topics = WaitedSubscriptions(self, observation)
+        self.observation_qos_check = IncompatiblePublisherCheck(self, observation)
         # Takes come every JOINT_STATES_TAKE_PERIOD_S and before every chunk; the depth
         # leaves room for a long chunk.
         self.joint_states = PolledSubscription(self, JointState, "joint_states",
@@ -641,15 +641,10 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
     def _check_observation_qos(self) -> None:
         """Warn once per topic when a publisher's QoS can never match the observation
         subscriptions (they have no QoS event handler, ``ros.polled``)."""
-        for sub in self.observation_topics.subscriptions:
-            topic = sub.subscription.topic_name
-            publishers = incompatible_publishers(self, topic, sub.qos)
-            if publishers and topic not in self._qos_warned:
-                self._qos_warned.add(topic)
-                self.get_logger().warning(
-                    f"{topic}: publisher '{publishers[0]}' offers QoS (best effort or "
-                    "volatile) that this reliable subscription cannot take: no observations "
-                    "from it")
+        for topic, publisher in self.observation_qos_check.new_findings():
+            self.get_logger().warning(
+                f"{topic}: publisher '{publisher}' offers QoS (best effort or volatile) "
+                "that this reliable subscription cannot take: no observations from it")
 
     def _publish_diagnostics(self) -> None:
         self.observation_thread.raise_failure("policy_node's observation thread")

@@ -178,3 +178,27 @@ def incompatible_publishers(node: Node, topic: str, qos: QoSProfile) -> list[str
                  offered.durability == DurabilityPolicy.VOLATILE):
             names.append(info.node_name)
     return names
+
+
+class IncompatiblePublisherCheck:
+    """Polled readers' stand-in for the incompatible-QoS event: ``new_findings`` (from a
+    node's diagnostics timer) returns ``(topic, publisher node)`` for each topic of
+    ``subscriptions`` that a publisher its reader cannot take has appeared on, once per
+    topic."""
+
+    def __init__(self, node: Node, subscriptions: Sequence[PolledSubscription]):
+        self._node = node
+        self._subscriptions = list(subscriptions)
+        self._reported: set[str] = set()
+
+    def new_findings(self) -> list[tuple[str, str]]:
+        findings = []
+        for sub in self._subscriptions:
+            topic = sub.subscription.topic_name
+            if topic in self._reported:
+                continue
+            publishers = incompatible_publishers(self._node, topic, sub.qos)
+            if publishers:
+                self._reported.add(topic)
+                findings.append((topic, publishers[0]))
+        return findings

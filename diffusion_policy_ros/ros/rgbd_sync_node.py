@@ -38,9 +38,9 @@ from diffusion_policy_ros.ros.lean_events import LeanEventsMixin
 from diffusion_policy_ros.ros.node_main import run_node
 from diffusion_policy_ros.ros.params import declare_config
 from diffusion_policy_ros.ros.polled import (
+    IncompatiblePublisherCheck,
     PolledSubscription,
     WaitedSubscriptions,
-    incompatible_publishers,
 )
 from diffusion_policy_ros.ros.publish_guard import PublishGuard
 from diffusion_policy_ros.ros.realtime import MessageDrivenThread
@@ -74,7 +74,6 @@ class RgbdSyncNode(LeanEventsMixin, Node):
         self.last_observation = None
         self._window_drops = 0
         self._last_cloud_s = 0.0
-        self._qos_warned: set[str] = set()
 
         reliability = (ReliabilityPolicy.RELIABLE if cfg.sensor_qos_reliability == "reliable"
                        else ReliabilityPolicy.BEST_EFFORT)
@@ -99,6 +98,7 @@ class RgbdSyncNode(LeanEventsMixin, Node):
         # The camera thread's state against the diagnostics timer's reads.
         self._lock = threading.Lock()
         self.camera_topics = WaitedSubscriptions(self, subscriptions)
+        self.qos_check = IncompatiblePublisherCheck(self, subscriptions)
         self.camera_thread = MessageDrivenThread(self.camera_topics, self._on_camera_message, 0,
                                                  "rgbd_sync_camera")
         self.camera_thread.start()
@@ -175,15 +175,11 @@ class RgbdSyncNode(LeanEventsMixin, Node):
 
     def _check_qos(self) -> None:
         """Warn once per topic when a publisher's QoS can never match our subscription."""
-        for topic in CAMERA_TOPICS:
-            publishers = incompatible_publishers(self, topic, self._sensor_qos)
-            if publishers and topic not in self._qos_warned:
-                self._qos_warned.add(topic)
-                self.get_logger().warning(
-                    f"{self.resolve_topic_name(topic)}: publisher '{publishers[0]}' is "
-                    "best-effort and cannot match this reliable subscription; set "
-                    "sensor_qos_reliability:=best_effort (expect frame loss) or make the "
-                    "publisher reliable")
+        for topic, publisher in self.qos_check.new_findings():
+            self.get_logger().warning(
+                f"{topic}: publisher '{publisher}' is best-effort and cannot match this "
+                "reliable subscription; set sensor_qos_reliability:=best_effort (expect "
+                "frame loss) or make the publisher reliable")
 
     def _publish_diagnostics(self) -> None:
         self.camera_thread.raise_failure("rgbd_sync_node's camera thread")

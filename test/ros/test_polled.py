@@ -7,6 +7,7 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import Int32, String
 
 from diffusion_policy_ros.ros.polled import (
+    IncompatiblePublisherCheck,
     PolledSubscription,
     WaitedSubscriptions,
     incompatible_publishers,
@@ -71,11 +72,13 @@ def test_waited_subscriptions_hand_each_topics_messages_to_one_thread_as_they_co
     assert not thread.running and time.monotonic() - started < 15.0  # woken, not timed out
 
 
-def test_incompatible_publishers_are_found_in_the_graph(ros):
+def test_incompatible_publishers_are_found_in_the_graph_and_reported_once(ros):
     reliable = QoSProfile(depth=5)
-    PolledSubscription(ros.node, String, "polled_qos", reliable)
+    polled = PolledSubscription(ros.node, String, "polled_qos", reliable)
+    check = IncompatiblePublisherCheck(ros.node, [polled])
     ros.node.create_publisher(String, "polled_qos", QoSProfile(depth=1))
     assert incompatible_publishers(ros.node, "polled_qos", reliable) == []
+    assert check.new_findings() == []
     # A best-effort publisher cannot feed a reliable reader; a best-effort reader takes both.
     other = rclpy.create_node("polled_qos_other", context=ros.context)
     try:
@@ -84,6 +87,8 @@ def test_incompatible_publishers_are_found_in_the_graph(ros):
         ros.spin_until(lambda: incompatible_publishers(ros.node, "polled_qos", reliable),
                        15.0, "the best-effort publisher in the graph")
         assert incompatible_publishers(ros.node, "polled_qos", reliable) == ["polled_qos_other"]
+        assert check.new_findings() == [("/polled_qos", "polled_qos_other")]
+        assert check.new_findings() == []  # once per topic
         best_effort = QoSProfile(depth=5, reliability=ReliabilityPolicy.BEST_EFFORT)
         assert incompatible_publishers(ros.node, "polled_qos", best_effort) == []
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL,
