@@ -214,9 +214,8 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
         observation = [PolledSubscription(self, msg_type, topic, QoSProfile(depth=5))
                        for msg_type, topic in ((Image, "observation/image"),
                                                (PointCloud2, "observation/points"))]
-        self._observation_handlers = {id(observation[0]): self._on_image,
-                                      id(observation[1]): self._on_points}
-        self.observation_topics = WaitedSubscriptions(self, observation)
+        self.observation_topics = WaitedSubscriptions(
+            self, dict(zip(observation, (self._on_image, self._on_points), strict=True)))
         self.observation_qos_check = IncompatiblePublisherCheck(self, observation)
         # Takes come every JOINT_STATES_TAKE_PERIOD_S and before every chunk; the depth
         # leaves room for a long chunk.
@@ -394,9 +393,9 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
             self.get_logger().error(f"{message} [{self.input_rejects.counts[reason]} so far]")
 
     def _on_observation_message(self, taken) -> None:
-        subscription, msg = taken
+        handler, msg = taken
         try:
-            self._observation_handlers[id(subscription)](msg)
+            handler(msg)
         except Exception as exc:  # noqa: BLE001 - a bad message must never stop the thread
             self._reject_input("internal_error", f"ignored {type(msg).__name__}: "
                                                  f"{type(exc).__name__}: {exc}")

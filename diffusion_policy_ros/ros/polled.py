@@ -34,7 +34,7 @@ queued, where an executor came to it about 2 ms later on the busy 2-core machine
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from rclpy.callback_groups import CallbackGroup
 from rclpy.event_handler import SubscriptionEventCallbacks
@@ -96,18 +96,18 @@ class _Waiter:
     """
 
     def __init__(self, node: Node, subscriptions: Sequence[PolledSubscription]):
-        self._subscriptions = list(subscriptions)
-        self._context = node.context
         self._wake = GuardCondition(None, None, context=node.context)
+        # Taken once: the tracker waits through here 500 times a second.
+        self._subscriptions = [s.subscription.handle for s in subscriptions]
+        self._held = (*self._subscriptions, self._wake.handle, node.context.handle)
 
     def wait(self, timeout_s: float) -> None:
-        handles = [s.subscription.handle for s in self._subscriptions]
-        wake, context = self._wake.handle, self._context.handle
+        *_, wake, context = self._held
         with contextlib.ExitStack() as held:
-            for handle in (*handles, wake, context):
+            for handle in self._held:
                 held.enter_context(handle)
-            wait_set = _rclpy.WaitSet(len(handles), 1, 0, 0, 0, 0, context)
-            for handle in handles:
+            wait_set = _rclpy.WaitSet(len(self._subscriptions), 1, 0, 0, 0, 0, context)
+            for handle in self._subscriptions:
                 wait_set.add_subscription(handle)
             wait_set.add_guard_condition(wake)
             wait_set.wait(int(timeout_s * 1e9))
@@ -141,21 +141,24 @@ class WaitedSubscription(PolledSubscription):
 
 
 class WaitedSubscriptions:
-    """Polled subscriptions of several topics that one thread blocks on together: ``wait``
-    returns when any of them has a message queued (or on ``wake`` or the timeout), and
-    ``take_all`` returns ``(subscription, message)`` pairs: every queued message of the
-    first subscription in order, then of the next (a ``MessageDrivenThread`` source)."""
+    """Polled subscriptions of several topics, each with its handler, that one thread
+    blocks on together: ``wait`` returns when any of them has a message queued (or on
+    ``wake`` or the timeout), and ``take_all`` returns ``(handler, message)`` pairs: every
+    queued message of the first subscription in order, then of the next (a
+    ``MessageDrivenThread`` source whose ``on_message`` calls the handler)."""
 
-    def __init__(self, node: Node, subscriptions: Sequence[PolledSubscription]):
-        self.subscriptions = list(subscriptions)
-        self._waiter = _Waiter(node, self.subscriptions)
+    def __init__(self, node: Node,
+                 handlers: Mapping[PolledSubscription, Callable[[object], None]]):
+        self._handlers = dict(handlers)
+        self._waiter = _Waiter(node, list(self._handlers))
 
     def wait(self, timeout_s: float) -> None:
         """Block until a message is queued, ``wake``, or ``timeout_s`` (then ``take_all``)."""
         self._waiter.wait(timeout_s)
 
-    def take_all(self) -> list[tuple[PolledSubscription, object]]:
-        return [(sub, msg) for sub in self.subscriptions for msg in sub.take_all()]
+    def take_all(self) -> list[tuple[Callable[[object], None], object]]:
+        return [(handler, msg) for sub, handler in self._handlers.items()
+                for msg in sub.take_all()]
 
     def wake(self) -> None:
         """Return a ``wait`` in progress now (for a thread that is stopping)."""

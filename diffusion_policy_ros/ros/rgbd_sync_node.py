@@ -91,14 +91,12 @@ class RgbdSyncNode(LeanEventsMixin, Node):
         topics = [(CameraInfo, CAMERA_TOPICS[2], self._on_camera_info),
                   (Image, CAMERA_TOPICS[0], self._on_color),
                   (Image, CAMERA_TOPICS[1], self._on_depth)]
-        subscriptions = [PolledSubscription(self, msg_type, topic, self._sensor_qos)
-                         for msg_type, topic, _ in topics]
-        self._handlers = {id(sub): handler
-                          for sub, (_, _, handler) in zip(subscriptions, topics, strict=True)}
+        handlers = {PolledSubscription(self, msg_type, topic, self._sensor_qos): handler
+                    for msg_type, topic, handler in topics}
         # The camera thread's state against the diagnostics timer's reads.
         self._lock = threading.Lock()
-        self.camera_topics = WaitedSubscriptions(self, subscriptions)
-        self.qos_check = IncompatiblePublisherCheck(self, subscriptions)
+        self.camera_topics = WaitedSubscriptions(self, handlers)
+        self.qos_check = IncompatiblePublisherCheck(self, list(handlers))
         self.camera_thread = MessageDrivenThread(self.camera_topics, self._on_camera_message, 0,
                                                  "rgbd_sync_camera")
         self.camera_thread.start()
@@ -116,10 +114,10 @@ class RgbdSyncNode(LeanEventsMixin, Node):
                 self.get_logger().error(text)
 
     def _on_camera_message(self, taken) -> None:
-        subscription, msg = taken
+        handler, msg = taken
         with self._lock:
             try:
-                self._handlers[id(subscription)](msg)
+                handler(msg)
             except Exception as exc:  # noqa: BLE001 - a bad message must never stop the thread
                 self._drop("internal_error", f"{type(msg).__name__}: {type(exc).__name__}: {exc}")
 

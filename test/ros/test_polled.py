@@ -47,7 +47,13 @@ def test_take_all_returns_the_queue_in_order_and_the_executor_never_runs_it(ros)
 def test_waited_subscriptions_hand_each_topics_messages_to_one_thread_as_they_come(ros):
     numbers = PolledSubscription(ros.node, Int32, "waited_numbers", QoSProfile(depth=10))
     words = PolledSubscription(ros.node, String, "waited_words", QoSProfile(depth=10))
-    topics = WaitedSubscriptions(ros.node, [numbers, words])
+    def on_number(msg):
+        pass
+
+    def on_word(msg):
+        pass
+
+    topics = WaitedSubscriptions(ros.node, {numbers: on_number, words: on_word})
     taken = []
     thread = MessageDrivenThread(topics, lambda pair: taken.append(pair), 0, "waited_test",
                                  idle_wait_s=30.0)
@@ -62,8 +68,8 @@ def test_waited_subscriptions_hand_each_topics_messages_to_one_thread_as_they_co
         pub_words.publish(String(data="cube"))
         # The thread waits 30 s between idle wake-ups: only the messages wake it sooner.
         ros.spin_until(lambda: len(taken) == 4, 15.0, "the four messages")
-        assert [m.data for sub, m in taken if sub is numbers] == [1, 2, 3]
-        assert [m.data for sub, m in taken if sub is words] == ["cube"]
+        assert [m.data for handler, m in taken if handler is on_number] == [1, 2, 3]
+        assert [m.data for handler, m in taken if handler is on_word] == ["cube"]
         assert thread.failure is None
     finally:
         started = time.monotonic()
