@@ -42,6 +42,19 @@ class FrameRateSchedule:
         self._next_due_ns = None
         self._last_frame_ns = None
 
+    def would_take(self, stamp_ns: int) -> bool:
+        """What ``on_frame(stamp_ns)`` would say now, without taking the frame: for work
+        that can start on part of a frame (its colour image) before the rest of it
+        decides. Frames taken in between can change the answer."""
+        last = self._last_frame_ns
+        if last is not None and stamp_ns <= last:
+            return stamp_ns != last
+        intervals = list(self._intervals_ns)
+        if last is not None and stamp_ns - last < self.period_ns:
+            intervals = [*intervals, stamp_ns - last][-INTERVALS_KEPT:]
+        due = self._next_due_ns
+        return due is None or stamp_ns >= due - self._tolerance_ns(intervals)
+
     def on_frame(self, stamp_ns: int) -> bool:
         last = self._last_frame_ns
         if last is not None and stamp_ns <= last:
@@ -51,7 +64,7 @@ class FrameRateSchedule:
         elif last is not None and stamp_ns - last < self.period_ns:
             self._intervals_ns.append(stamp_ns - last)  # a gap is no frame interval
         self._last_frame_ns = stamp_ns
-        due, tolerance_ns = self._next_due_ns, self._tolerance_ns()
+        due, tolerance_ns = self._next_due_ns, self._tolerance_ns(self._intervals_ns)
         if due is not None and stamp_ns < due - tolerance_ns:
             return False
         if due is None or stamp_ns - due > tolerance_ns:
@@ -60,10 +73,10 @@ class FrameRateSchedule:
             self._next_due_ns = due + self.period_ns
         return True
 
-    def _tolerance_ns(self) -> int:
+    def _tolerance_ns(self, intervals_ns) -> int:
         """Half a frame interval (at most half a period): the frame nearest the due time
         is taken, whether it comes a little before or after it, and a stream already at
         the rate keeps every frame."""
-        if not self._intervals_ns:
+        if not intervals_ns:
             return 0
-        return min(int(statistics.median(self._intervals_ns)), self.period_ns) // 2
+        return min(int(statistics.median(intervals_ns)), self.period_ns) // 2

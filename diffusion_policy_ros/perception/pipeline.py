@@ -108,8 +108,8 @@ class RgbdSyncConfig:
 class Observation:
     """One synchronized policy observation."""
 
-    image_rgb: np.ndarray
-    """``image_size`` uint8 RGB."""
+    image_rgb: np.ndarray | None
+    """``image_size`` uint8 RGB; None from ``process(..., with_image=False)``."""
     points: np.ndarray
     """``(num_points, 3)`` float32 in the base frame (m)."""
     colors: np.ndarray
@@ -174,8 +174,21 @@ class RgbdObservationPipeline:
             raise FrameRejected("camera_info_size_mismatch", f"image {color.width}x{color.height} "
                                 f"but camera_info {self.camera.width}x{self.camera.height}")
 
-    def process(self, color: RawImage, depth: RawImage) -> Observation:
-        """The observation of one frame; raises ``FrameRejected`` for unusable input."""
+    def image_of(self, color: RawImage) -> np.ndarray:
+        """The policy image of a colour frame alone (``process`` makes the same one), for
+        a node that publishes it while the frame's depth is still on its way; raises
+        ``FrameRejected`` without camera_info or when the sizes disagree."""
+        if self.camera is None:
+            raise FrameRejected("no_camera_info", "no camera_info received yet")
+        if (color.height, color.width) != (self.camera.height, self.camera.width):
+            raise FrameRejected("camera_info_size_mismatch", f"image {color.width}x"
+                                f"{color.height} but camera_info {self.camera.width}x"
+                                f"{self.camera.height}")
+        return self.policy_image(*color_view(color))
+
+    def process(self, color: RawImage, depth: RawImage, with_image: bool = True) -> Observation:
+        """The observation of one frame; raises ``FrameRejected`` for unusable input.
+        ``with_image`` False: the points only (``image_of`` made the image already)."""
         t0 = time.perf_counter()
         self._check_pair(color, depth)
         color_px, rgb_order = color_view(color)
@@ -198,7 +211,7 @@ class RgbdObservationPipeline:
         pix = pixel_index[sel]
         colors = color_px[rays.rows[pix], rays.cols[pix]][:, list(rgb_order)]
         t3 = time.perf_counter()
-        image = self.policy_image(color_px, rgb_order)
+        image = self.policy_image(color_px, rgb_order) if with_image else None
         t4 = time.perf_counter()
         return Observation(
             image_rgb=image, points=np.ascontiguousarray(points[sel]), colors=colors,

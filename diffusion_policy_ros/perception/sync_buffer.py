@@ -98,6 +98,12 @@ class RgbdSyncBuffer:
     def pending(self, stream: str) -> int:
         return len(self._streams[stream].stamps)
 
+    def is_pending(self, stream: str, stamp_ns: int) -> bool:
+        """Whether a frame of ``stream`` with this stamp waits for its partner."""
+        stamps = self._streams[stream].stamps
+        i = bisect.bisect_left(stamps, int(stamp_ns))
+        return i < len(stamps) and stamps[i] == int(stamp_ns)
+
     def reset(self) -> None:
         """Forget all pending frames and history (not counted as drops)."""
         for s in self._streams.values():

@@ -2,11 +2,14 @@
 or AOTInductor packages (``torch.export`` + Inductor compiled ahead of time to a
 shared library for this machine's CPU).
 
-A chunk is two graphs with fixed shapes, the split ``PolicyRunner`` caches at:
+A chunk is three graphs with fixed shapes, split where ``PolicyRunner`` caches:
 
-- ``frame_encoder.onnx`` / ``.pt2``: one camera frame (image uint8 (1, 3, H, W), points
-  (1, N, 3) base_link m, colours uint8 (1, N, 3)) + instruction embedding (1, L)
-  -> the per-frame features (``DiffusionPolicy.encode_frames``), run once per frame;
+- ``image_encoder.onnx`` / ``.pt2``: one camera frame's image uint8 (1, 3, H, W) -> its
+  tokens (``DiffusionPolicy.encode_images``), run once per frame, and by
+  ``policy_node`` as soon as the image arrives, while the frame's cloud is on its way;
+- ``cloud_encoder.onnx`` / ``.pt2``: the frame's cloud (points (1, N, 3) base_link m,
+  colours uint8 (1, N, 3)) + instruction embedding (1, L) -> its tokens and grounded
+  target (``DiffusionPolicy.encode_clouds``), run once per frame;
 - ``chunk.onnx`` / ``.pt2``: the To frames' features + instruction + joint states (1, To, D) +
   initial noise (S, K, T, D) -> (1, T, D) joint targets: fusion, the fixed-step
   sampler (DDIM or consistency, unrolled), the medoid of K and un-normalisation.
@@ -38,33 +41,56 @@ from diffusion_policy_ros.errors import InputError
 from diffusion_policy_ros.policy.modeling_diffusion import DiffusionPolicy
 
 MANIFEST = "onnx.json"
-FRAME_GRAPH = "frame_encoder.onnx"
+IMAGE_GRAPH = "image_encoder.onnx"
+CLOUD_GRAPH = "cloud_encoder.onnx"
 CHUNK_GRAPH = "chunk.onnx"
-MANIFEST_FORMAT = "diffusion_policy_ros.onnx/1"
+MANIFEST_FORMAT = "diffusion_policy_ros.onnx/2"
 AOT_MANIFEST = "aot.json"
-AOT_FRAME_PACKAGE = "frame_encoder.pt2"
+AOT_IMAGE_PACKAGE = "image_encoder.pt2"
+AOT_CLOUD_PACKAGE = "cloud_encoder.pt2"
 AOT_CHUNK_PACKAGE = "chunk.pt2"
-AOT_MANIFEST_FORMAT = "diffusion_policy_ros.aotinductor/1"
+AOT_PACKAGES = (AOT_IMAGE_PACKAGE, AOT_CLOUD_PACKAGE, AOT_CHUNK_PACKAGE)
+AOT_MANIFEST_FORMAT = "diffusion_policy_ros.aotinductor/2"
 MANIFESTS = {"onnxruntime": MANIFEST, "aotinductor": AOT_MANIFEST}
 """The manifest file of each static-graph backend's export."""
 
 
-def frame_feature_keys(policy: DiffusionPolicy) -> list[str]:
-    keys = ["image_tokens", "point_tokens", "point_centres"]
+IMAGE_FEATURE_KEYS = ("image_tokens",)
+"""The image encoder's outputs."""
+
+
+def cloud_feature_keys(policy: DiffusionPolicy) -> list[str]:
+    """The cloud encoder's outputs, in graph order."""
+    keys = ["point_tokens", "point_centres"]
     if policy.grounding is not None:
         keys += ["target_centre", "target_shape"]
     return keys
 
 
-class FrameEncoderGraph(nn.Module):
+def frame_feature_keys(policy: DiffusionPolicy) -> list[str]:
+    """Every per-frame feature, in the chunk graph's input order."""
+    return [*IMAGE_FEATURE_KEYS, *cloud_feature_keys(policy)]
+
+
+class ImageEncoderGraph(nn.Module):
     def __init__(self, policy: DiffusionPolicy):
         super().__init__()
         self.policy = policy
-        self.keys = frame_feature_keys(policy)
 
-    def forward(self, image: torch.Tensor, points: torch.Tensor, colors: torch.Tensor,
+    def forward(self, image: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        features = self.policy.encode_images(image)
+        return tuple(features[k] for k in IMAGE_FEATURE_KEYS)
+
+
+class CloudEncoderGraph(nn.Module):
+    def __init__(self, policy: DiffusionPolicy):
+        super().__init__()
+        self.policy = policy
+        self.keys = cloud_feature_keys(policy)
+
+    def forward(self, points: torch.Tensor, colors: torch.Tensor,
                 language: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        features = self.policy.encode_frames(image, points, colors, language)
+        features = self.policy.encode_clouds(points, colors, language)
         return tuple(features[k] for k in self.keys)
 
 
@@ -122,18 +148,28 @@ def _export_graph(module: nn.Module, args: tuple, path: Path, input_names: Seque
                       do_constant_folding=True)
 
 
+def _clear_other_graphs(out_dir: Path, suffix: str, written: Sequence[str]) -> None:
+    """Make ``out_dir`` and remove the graphs of this format that this export does not
+    write (an earlier layout's, such as the single frame encoder before the split)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for path in out_dir.glob(f"*{suffix}"):
+        if path.name not in written:
+            path.unlink()
+
+
 @torch.no_grad()
 def export_onnx(policy: DiffusionPolicy, out_dir: str | Path, weights_sha256: str | None,
                 steps: int | None = None, num_samples: int | None = None,
                 opset: int = 18) -> dict:
-    """Write the two graphs and the manifest into ``out_dir``; return the manifest."""
+    """Write the three graphs and the manifest into ``out_dir``; return the manifest."""
     out_dir, graphs = Path(out_dir), ExportGraphs.of(policy, steps, num_samples)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    keys = frame_feature_keys(graphs.policy)
-    _export(graphs.encoder, graphs.frame_args, out_dir / FRAME_GRAPH, list(graphs.frame_in),
-            keys, opset)
-    _export(graphs.head, graphs.chunk_args, out_dir / CHUNK_GRAPH, [*graphs.chunk_in, *keys],
-            ["chunk"], opset)
+    _clear_other_graphs(out_dir, ".onnx", (IMAGE_GRAPH, CLOUD_GRAPH, CHUNK_GRAPH))
+    _export(graphs.image_encoder, graphs.image_args, out_dir / IMAGE_GRAPH, ["image"],
+            list(IMAGE_FEATURE_KEYS), opset)
+    _export(graphs.cloud_encoder, graphs.cloud_args, out_dir / CLOUD_GRAPH,
+            ["points", "colors", "language"], graphs.cloud_encoder.keys, opset)
+    _export(graphs.head, graphs.chunk_args, out_dir / CHUNK_GRAPH,
+            [*graphs.chunk_in, *frame_feature_keys(graphs.policy)], ["chunk"], opset)
     manifest = {"format": MANIFEST_FORMAT, **graphs.manifest(weights_sha256), "opset": opset}
     (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return manifest
@@ -141,16 +177,18 @@ def export_onnx(policy: DiffusionPolicy, out_dir: str | Path, weights_sha256: st
 
 @dataclasses.dataclass
 class ExportGraphs:
-    """The two modules an export traces, with example inputs of the exported shapes."""
+    """The three modules an export traces, with example inputs of the exported shapes."""
 
     policy: DiffusionPolicy
-    encoder: FrameEncoderGraph
+    image_encoder: ImageEncoderGraph
+    cloud_encoder: CloudEncoderGraph
     head: ChunkGraph
     frame_in: dict[str, torch.Tensor]
     chunk_in: dict[str, torch.Tensor]
     """Without the frame features, which ``chunk_args`` appends."""
     features: tuple[torch.Tensor, ...]
-    """The encoder's output on ``frame_in``: the per-frame feature shapes."""
+    """The encoders' outputs on ``frame_in`` (``frame_feature_keys`` order): the
+    per-frame feature shapes."""
 
     @classmethod
     @torch.no_grad()
@@ -163,13 +201,19 @@ class ExportGraphs:
         steps = steps or c.num_inference_steps
         k = num_samples or c.num_samples
         frame_in, chunk_in = example_inputs(policy, steps, k)
-        encoder = FrameEncoderGraph(policy)
-        return cls(policy, encoder, ChunkGraph(policy, steps, k), frame_in, chunk_in,
-                   tuple(encoder(*frame_in.values())))
+        image_encoder, cloud_encoder = ImageEncoderGraph(policy), CloudEncoderGraph(policy)
+        features = (*image_encoder(frame_in["image"]),
+                    *cloud_encoder(frame_in["points"], frame_in["colors"], frame_in["language"]))
+        return cls(policy, image_encoder, cloud_encoder, ChunkGraph(policy, steps, k), frame_in,
+                   chunk_in, features)
 
     @property
-    def frame_args(self) -> tuple[torch.Tensor, ...]:
-        return tuple(self.frame_in.values())
+    def image_args(self) -> tuple[torch.Tensor, ...]:
+        return (self.frame_in["image"],)
+
+    @property
+    def cloud_args(self) -> tuple[torch.Tensor, ...]:
+        return self.frame_in["points"], self.frame_in["colors"], self.frame_in["language"]
 
     @property
     def chunk_args(self) -> tuple[torch.Tensor, ...]:
@@ -232,7 +276,7 @@ def aot_platform() -> dict[str, object]:
 @torch.no_grad()
 def export_aot(policy: DiffusionPolicy, out_dir: str | Path, weights_sha256: str | None,
                steps: int | None = None, num_samples: int | None = None) -> dict:
-    """Compile the two graphs ahead of time with Inductor (needs a C++ compiler) into
+    """Compile the three graphs ahead of time with Inductor (needs a C++ compiler) into
     ``out_dir``; return the manifest.
 
     The weights are frozen into each package (Inductor's ``freezing``: constants
@@ -244,9 +288,10 @@ def export_aot(policy: DiffusionPolicy, out_dir: str | Path, weights_sha256: str
                          f"{policy.config.sampler!r}, whose scheduler torch.export cannot "
                          f"trace: use --format onnx")
     out_dir, graphs = Path(out_dir), ExportGraphs.of(policy, steps, num_samples)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    _clear_other_graphs(out_dir, ".pt2", AOT_PACKAGES)
     packages = {}
-    for name, module, args in ((AOT_FRAME_PACKAGE, graphs.encoder, graphs.frame_args),
+    for name, module, args in ((AOT_IMAGE_PACKAGE, graphs.image_encoder, graphs.image_args),
+                               (AOT_CLOUD_PACKAGE, graphs.cloud_encoder, graphs.cloud_args),
                                (AOT_CHUNK_PACKAGE, graphs.head, graphs.chunk_args)):
         path = out_dir / name
         path.unlink(missing_ok=True)

@@ -195,11 +195,24 @@ class DiffusionPolicy(nn.Module):
         """What depends on one camera frame (and the instruction) alone, for M frames.
 
         images (M, 3, H, W), xyz (M, N, 3) base_link m, rgb (M, N, 3), language (M, L)
-        -> ``FRAME_FEATURES`` keys, each (M, ...). A frame stays in the To history for
-        To chunks; ``PolicyRunner`` keeps these per frame so each frame is encoded once.
+        -> the features ``export.frame_feature_keys`` names, each (M, ...). A frame stays
+        in the To history for To chunks; ``PolicyRunner`` keeps these per frame so each
+        frame is encoded once.
         """
+        return {**self.encode_images(images, timer),
+                **self.encode_clouds(xyz, rgb, language, timer)}
+
+    def encode_images(self, images: torch.Tensor,
+                      timer: StageTimer | None = None) -> dict[str, torch.Tensor]:
+        """The image half of ``encode_frames``: it needs neither the cloud nor the
+        instruction, so a node can run it while the frame's cloud is still on its way."""
         with timed(timer, "rgb_encoder"):
-            features = {"image_tokens": self.rgb_encoder(_unit_float(images))}
+            return {"image_tokens": self.rgb_encoder(_unit_float(images))}
+
+    def encode_clouds(self, xyz: torch.Tensor, rgb: torch.Tensor, language: torch.Tensor,
+                      timer: StageTimer | None = None) -> dict[str, torch.Tensor]:
+        """The cloud half of ``encode_frames``: PointNet tokens and the grounded target."""
+        features = {}
         with timed(timer, "point_encoder"):
             xyz = self.normalizer.normalize(POINTS_XYZ, xyz.float())
             rgb = _unit_float(rgb)

@@ -188,8 +188,8 @@ class PolicyRunner:
         device, whose generators draw other numbers; None draws from torch's global
         generator. Stage durations of this call
         are in ``last_timings_ms``. A frame seen in an earlier call (the same ``image``
-        and ``points`` arrays, the same instruction) is not encoded again
-        (``FrameFeatureCache``).
+        array; the same ``points`` and ``point_colors`` arrays and instruction) is not
+        encoded again (``FrameFeatureCache``), nor an image ``encode_image_ahead`` took.
         """
         self.timer.reset()
         with self.timer.stage("total"):
@@ -221,20 +221,40 @@ class PolicyRunner:
 
     def _frame_features(self, observations: Sequence[Observation], instruction: str,
                         language: torch.Tensor) -> dict[str, torch.Tensor]:
-        """(1, To, ...) per-frame features, encoding only the frames not in the cache."""
+        """(1, To, ...) per-frame features, encoding only the halves not in the cache."""
         per_frame = []
         for obs in observations:
-            features = self.frame_cache.get(obs, instruction)
-            if features is None:
-                batch = {key: self._stack([obs], key, dtype)[:, 0]
-                         for key, dtype in (("image", np.uint8), ("points", np.float32),
-                                            ("point_colors", np.uint8))}
-                features = self.backend.encode_frame(batch["image"].permute(0, 3, 1, 2),
-                                                     batch["points"], batch["point_colors"],
-                                                     language, self.timer)
-                self.frame_cache.put(obs, instruction, features)
-            per_frame.append(features)
+            image = self.frame_cache.image(obs)
+            if image is None:
+                image = self._encode_image(obs["image"], self.timer)
+            cloud = self.frame_cache.cloud(obs, instruction)
+            if cloud is None:
+                cloud = self.backend.encode_cloud(self._stack([obs], "points", np.float32)[:, 0],
+                                                  self._stack([obs], "point_colors",
+                                                              np.uint8)[:, 0],
+                                                  language, self.timer)
+                self.frame_cache.put_cloud(obs, instruction, cloud)
+            per_frame.append({**image, **cloud})
         return {key: torch.stack([f[key] for f in per_frame], dim=1) for key in per_frame[0]}
+
+    def _encode_image(self, image: np.ndarray,
+                      timer: StageTimer | None) -> dict[str, torch.Tensor]:
+        batch = self._stack([{"image": image}], "image", np.uint8)[:, 0]
+        features = self.backend.encode_image(batch.permute(0, 3, 1, 2), timer)
+        self.frame_cache.put_image(image, features)
+        return features
+
+    def encode_image_ahead(self, image: np.ndarray) -> bool:
+        """Encode a frame's (H, W, 3) uint8 RGB image now, before its cloud has arrived,
+        so that the chunk this frame starts runs only the cloud encoder and the head.
+        ``image`` must be the array the observation history will hand to ``predict``
+        (the cache knows it by identity). False when it was encoded already. Not
+        thread-safe: call it on the thread that calls ``predict``."""
+        if self.frame_cache.has_image(image):
+            return False
+        with torch.inference_mode(), autocast_context(self.device, self.precision):
+            self._encode_image(image, None)
+        return True
 
     @property
     def last_timings_ms(self) -> dict[str, float]:

@@ -1,8 +1,10 @@
-"""Runtime backends of ``PolicyRunner``: the two halves of a chunk on eager torch, on
+"""Runtime backends of ``PolicyRunner``: the parts of a chunk on eager torch, on
 ONNX Runtime or as AOTInductor packages (``policy/export.py`` writes the graphs).
 
-- ``encode_frame``: one camera frame + instruction -> per-frame features
-  (``DiffusionPolicy.encode_frames``), cached per frame by the runner.
+- ``encode_image``: one camera frame's image -> its tokens
+  (``DiffusionPolicy.encode_images``), and ``encode_cloud``: the frame's cloud +
+  instruction -> its tokens and grounded target (``encode_clouds``); the runner caches
+  both per frame, and can run the first before the frame's cloud has arrived.
 - ``chunk``: To frames' features + instruction + joint states + initial noise ->
   (1, T, D) joint targets (fusion, the fixed-step sampler, the medoid of K,
   un-normalisation: ``DiffusionPolicy.condition_from_frames`` +
@@ -31,10 +33,15 @@ class TorchBackend:
     def __init__(self, policy: DiffusionPolicy):
         self.policy = policy
 
-    def encode_frame(self, image: torch.Tensor, points: torch.Tensor, colors: torch.Tensor,
-                     language: torch.Tensor,
+    def encode_image(self, image: torch.Tensor,
                      timer: StageTimer | None = None) -> dict[str, torch.Tensor]:
-        return self.policy.encode_frames(image, points, colors, language, timer)
+        with timed(timer, "image_encoder"):
+            return self.policy.encode_images(image, timer)
+
+    def encode_cloud(self, points: torch.Tensor, colors: torch.Tensor, language: torch.Tensor,
+                     timer: StageTimer | None = None) -> dict[str, torch.Tensor]:
+        with timed(timer, "cloud_encoder"):
+            return self.policy.encode_clouds(points, colors, language, timer)
 
     def chunk(self, frames: Mapping[str, torch.Tensor], language: torch.Tensor,
               state: torch.Tensor, noises: torch.Tensor, steps: int, num_samples: int,
@@ -79,14 +86,17 @@ def read_manifest(path: Path, expected_format: str, weights_sha256: str | None, 
 
 class _ExportedGraphs:
     """What the static-graph backends share: the manifest they were checked against, its
-    frame-feature order, and the step count and K fixed in the graphs."""
+    cloud-feature order, and the step count and K fixed in the graphs."""
 
     graphs = "graphs"
     """How messages name this backend's exported files."""
 
     def _accept(self, manifest: dict, steps: int, num_samples: int) -> None:
+        from diffusion_policy_ros.policy.export import IMAGE_FEATURE_KEYS
+
         self.manifest = manifest
         self.feature_keys = list(manifest["frame_features"])
+        self.cloud_keys = [k for k in self.feature_keys if k not in IMAGE_FEATURE_KEYS]
         self.steps, self.num_samples = steps, num_samples
 
     def _check_settings(self, steps: int, num_samples: int) -> None:
@@ -117,7 +127,8 @@ class OnnxRuntimeBackend(_ExportedGraphs):
                                "(pip install onnxruntime)") from exc
         from diffusion_policy_ros.policy.export import (
             CHUNK_GRAPH,
-            FRAME_GRAPH,
+            CLOUD_GRAPH,
+            IMAGE_GRAPH,
             MANIFEST,
             MANIFEST_FORMAT,
         )
@@ -132,28 +143,32 @@ class OnnxRuntimeBackend(_ExportedGraphs):
         options.inter_op_num_threads = 1
         providers = ["CPUExecutionProvider"]
         try:
-            self.frame_session = onnxruntime.InferenceSession(str(graph_dir / FRAME_GRAPH),
-                                                              options, providers=providers)
-            self.chunk_session = onnxruntime.InferenceSession(str(graph_dir / CHUNK_GRAPH),
-                                                              options, providers=providers)
+            self.image_session, self.cloud_session, self.chunk_session = (
+                onnxruntime.InferenceSession(str(graph_dir / name), options, providers=providers)
+                for name in (IMAGE_GRAPH, CLOUD_GRAPH, CHUNK_GRAPH))
         except Exception as exc:  # noqa: BLE001 - ORT raises its own exception types
             raise BackendError(f"ONNX Runtime cannot load {graph_dir} "
                                f"({type(exc).__name__}: {exc})") from exc
-        # The exporter drops inputs a graph does not use (the instruction, for a frame
+        # The exporter drops inputs a graph does not use (the instruction, for a cloud
         # encoder without grounding): feed only what each session declares.
-        self.frame_inputs = {i.name for i in self.frame_session.get_inputs()}
+        self.cloud_inputs = {i.name for i in self.cloud_session.get_inputs()}
         self.chunk_inputs = {i.name for i in self.chunk_session.get_inputs()}
         self._accept(manifest, steps, num_samples)
 
-    def encode_frame(self, image: torch.Tensor, points: torch.Tensor, colors: torch.Tensor,
-                     language: torch.Tensor,
+    def encode_image(self, image: torch.Tensor,
                      timer: StageTimer | None = None) -> dict[str, torch.Tensor]:
-        with timed(timer, "frame_encoder"):
-            feeds = {"image": image.cpu().numpy(), "points": points.float().cpu().numpy(),
-                     "colors": colors.cpu().numpy(), "language": language.float().cpu().numpy()}
-            outputs = self.frame_session.run(
-                None, {k: v for k, v in feeds.items() if k in self.frame_inputs})
-        return {k: torch.from_numpy(v) for k, v in zip(self.feature_keys, outputs, strict=True)}
+        with timed(timer, "image_encoder"):
+            (tokens,) = self.image_session.run(None, {"image": image.cpu().numpy()})
+        return {"image_tokens": torch.from_numpy(tokens)}
+
+    def encode_cloud(self, points: torch.Tensor, colors: torch.Tensor, language: torch.Tensor,
+                     timer: StageTimer | None = None) -> dict[str, torch.Tensor]:
+        with timed(timer, "cloud_encoder"):
+            feeds = {"points": points.float().cpu().numpy(), "colors": colors.cpu().numpy(),
+                     "language": language.float().cpu().numpy()}
+            outputs = self.cloud_session.run(
+                None, {k: v for k, v in feeds.items() if k in self.cloud_inputs})
+        return {k: torch.from_numpy(v) for k, v in zip(self.cloud_keys, outputs, strict=True)}
 
     def chunk(self, frames: Mapping[str, torch.Tensor], language: torch.Tensor,
               state: torch.Tensor, noises: torch.Tensor, steps: int, num_samples: int,
@@ -201,10 +216,9 @@ class AotInductorBackend(_ExportedGraphs):
     def __init__(self, aot_dir: str | Path, weights_sha256: str | None, steps: int,
                  num_samples: int, chunk_lowpass_terms: int = 0, *, threads: int):
         from diffusion_policy_ros.policy.export import (
-            AOT_CHUNK_PACKAGE,
-            AOT_FRAME_PACKAGE,
             AOT_MANIFEST,
             AOT_MANIFEST_FORMAT,
+            AOT_PACKAGES,
             aot_platform,
             file_sha256,
         )
@@ -225,7 +239,7 @@ class AotInductorBackend(_ExportedGraphs):
                                f"the packages run several times slower: dpr export --format "
                                f"aotinductor --threads {threads}")
         packages = []
-        for name in (AOT_FRAME_PACKAGE, AOT_CHUNK_PACKAGE):
+        for name in AOT_PACKAGES:
             path = aot_dir / name
             if not path.exists():
                 raise BackendError(f"{path} not found: export again")
@@ -236,15 +250,20 @@ class AotInductorBackend(_ExportedGraphs):
                 packages.append(torch._inductor.aoti_load_package(str(path)))
             except Exception as exc:  # noqa: BLE001 - the loader raises RuntimeError and others
                 raise BackendError(f"cannot load {path} ({type(exc).__name__}: {exc})") from exc
-        self.frame_package, self.chunk_package = packages
+        self.image_package, self.cloud_package, self.chunk_package = packages
         self._accept(manifest, steps, num_samples)
 
-    def encode_frame(self, image: torch.Tensor, points: torch.Tensor, colors: torch.Tensor,
-                     language: torch.Tensor,
+    def encode_image(self, image: torch.Tensor,
                      timer: StageTimer | None = None) -> dict[str, torch.Tensor]:
-        with timed(timer, "frame_encoder"):
-            outputs = self.frame_package(*_dense(image, points.float(), colors, language.float()))
-        return dict(zip(self.feature_keys, outputs, strict=True))
+        with timed(timer, "image_encoder"):
+            (tokens,) = self.image_package(*_dense(image))
+        return {"image_tokens": tokens}
+
+    def encode_cloud(self, points: torch.Tensor, colors: torch.Tensor, language: torch.Tensor,
+                     timer: StageTimer | None = None) -> dict[str, torch.Tensor]:
+        with timed(timer, "cloud_encoder"):
+            outputs = self.cloud_package(*_dense(points.float(), colors, language.float()))
+        return dict(zip(self.cloud_keys, outputs, strict=True))
 
     def chunk(self, frames: Mapping[str, torch.Tensor], language: torch.Tensor,
               state: torch.Tensor, noises: torch.Tensor, steps: int, num_samples: int,

@@ -54,11 +54,14 @@ so subscriptions, services and diagnostics keep running while the policy compute
 the single-threaded executor of ``ros2 run`` as under a bring-up's multi-threaded one. A
 tick that finds the previous chunk still computing is counted (``overrun_ticks``) and
 coalesced. A new instruction is embedded on the worker too (a cache miss runs the
-sentence encoder), before the next chunk. Measured on the 2-core machine, this node
-keeps its chunk rate on a fraction of a core, while spinning it in rclpy's
-MultiThreadedExecutor with one callback group per role took several times the CPU and
-fell far short of the rate (its Python dispatch loop competes for the GIL and busy-waits
-on busy groups; figures in docs/benchmarks.md, "Measurements behind the code's design").
+sentence encoder), before the next chunk, and so is the image of a frame that will start
+a chunk when it comes before its cloud (``rgbd_sync_node`` sends it ahead): the chunk
+then runs only the cloud's encoder and the head (``PolicyRunner.encode_image_ahead``).
+Measured on the 2-core machine, this node keeps its chunk rate on a fraction of a core,
+while spinning it in rclpy's MultiThreadedExecutor with one callback group per role took
+several times the CPU and fell far short of the rate (its Python dispatch loop competes
+for the GIL and busy-waits on busy groups; figures in docs/benchmarks.md, "Measurements
+behind the code's design").
 Lifecycle transitions run on the executor thread: configure (load + warm-up, seconds)
 holds the executor's messages (instruction, services) in their queues meanwhile. The
 observation history and the language cache are thread-safe; everything else the worker
@@ -135,7 +138,8 @@ from diffusion_policy_ros.ros.sim_clock import ClockThread
 
 #: Runner stages reported on /diagnostics (``PolicyRunner.last_timings_ms`` keys).
 STAGES = ("language", "rgb_encoder", "point_encoder", "grounding", "tool_target",
-          "frame_encoder", "proprio_encoder", "fusion", "denoiser_step", "sampler")
+          "image_encoder", "cloud_encoder", "proprio_encoder", "fusion", "denoiser_step",
+          "sampler")
 _SUCCESS, _FAILURE = TransitionCallbackReturn.SUCCESS, TransitionCallbackReturn.FAILURE
 #: joint_states kept between two takes: 0.4 s at 500 Hz.
 JOINT_STATE_QUEUE_DEPTH = 200
@@ -172,7 +176,8 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
         # timer runs on it) and of the wall clock.
         self.chunk_rate = RateMeter()
         self.chunk_rate_wall = RateMeter()
-        self.stage_ms = {name: RollingStats() for name in (*STAGES, "predict", "tick")}
+        self.stage_ms = {name: RollingStats()
+                         for name in (*STAGES, "image_encoder_ahead", "predict", "tick")}
         self.observation_age_ms = RollingStats()
         #: Worst age of a chunk's newest observation when its computation began: what the
         #: max_obs_age_s refusal bounds, measured where it is decided (receive times
@@ -206,6 +211,8 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
         self._work = threading.Condition()
         self._tick_due = False
         self._embed_due = ""
+        self._image_due: np.ndarray | None = None
+        self.images_encoded_ahead = 0
         self._closing = False
 
         self._inference_group = MutuallyExclusiveCallbackGroup()
@@ -409,6 +416,8 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
         stamp_ns = stamp_to_ns(msg.header.stamp)
         if self.history.add_image(stamp_ns, rgb):
             self._on_frame(stamp_ns)
+        else:
+            self._encode_ahead(stamp_ns, rgb)
 
     def _on_points(self, msg: PointCloud2) -> None:
         try:
@@ -428,6 +437,17 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
             due = self.frame_ticks.on_frame(stamp_ns)
         if due:
             self._mark_tick_due()
+
+    def _encode_ahead(self, stamp_ns: int, rgb: np.ndarray) -> None:
+        """The image of a frame whose cloud is still on its way and which will start a
+        chunk: the worker encodes it now, so the chunk waits for the cloud's half only."""
+        if self.frame_ticks is None or self.runner is None or self._state != "active" \
+                or self._stopped:
+            return
+        with self._work:
+            if self.frame_ticks.would_take(stamp_ns):
+                self._image_due = rgb
+                self._work.notify()
 
     def _take_joint_states(self) -> None:
         """Move the queued joint_states into the history (on any thread; it locks)."""
@@ -493,18 +513,22 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
     def _inference_loop(self) -> None:
         while True:
             with self._work:
-                if not (self._tick_due or self._embed_due or self._closing):
+                if not (self._tick_due or self._embed_due or self._image_due is not None
+                        or self._closing):
                     self._work.wait(JOINT_STATES_TAKE_PERIOD_S)
                 if self._closing:
                     return
                 tick, self._tick_due = self._tick_due, False
                 embed, self._embed_due = self._embed_due, ""
-            if not (tick or embed):
+                image, self._image_due = self._image_due, None
+            if not (tick or embed or image is not None):
                 self._take_joint_states()
                 continue
             try:
                 if embed:
                     self._embed(embed)
+                if image is not None:
+                    self._encode_image_ahead(image)
                 if tick:
                     self._tick()
             except Exception as exc:  # noqa: BLE001 - the worker must survive anything
@@ -519,6 +543,20 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
                 runner.language.embed(text)  # cached now: the next chunk does not wait
             except Exception as exc:  # noqa: BLE001 - the chunk that needs it reports again
                 self.get_logger().error(f"cannot embed instruction '{text}': {exc}")
+
+    def _encode_image_ahead(self, image: np.ndarray) -> None:
+        runner = self.runner
+        if runner is None:
+            return
+        start = time.perf_counter()
+        try:
+            encoded = runner.encode_image_ahead(image)
+        except Exception as exc:  # noqa: BLE001 - the chunk encodes it again and reports
+            self.get_logger().debug(f"image not encoded ahead: {type(exc).__name__}: {exc}")
+            return
+        if encoded:
+            self.images_encoded_ahead += 1
+            self.stage_ms["image_encoder_ahead"].add((time.perf_counter() - start) * 1e3)
 
     def _tick(self) -> None:
         runner = self.runner
@@ -696,6 +734,7 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
             "watchdog_ticks": str(self.watchdog_ticks),
             "history_restarts": str(h.generation),
             "discarded_after_restart": str(self.discarded_after_restart),
+            "images_encoded_ahead_total": str(self.images_encoded_ahead),
             "grasp_retries_total": str(self.grasp_recovery.retries_total
                                        if self.grasp_recovery else 0),
             "grasp_lifts_total": str(self.grasp_recovery.lifts_total

@@ -7,10 +7,15 @@ pairs frames by stamp, publishes
 ``observation/image`` and ``observation/points`` with the colour stamp (for every
 pair, or ``output_rate_hz`` of them a second: ``perception.frame_schedule``),
 ``camera/points`` at a lower rate for rviz, and ``/diagnostics``.
+
+A colour frame that arrives before its depth has its policy image published at once
+(the image needs no depth): ``policy_node`` encodes it while this node waits for the
+depth and computes the points, so that work is off the frame's path to its chunk.
 """
 
 from __future__ import annotations
 
+import collections
 import threading
 import time
 
@@ -71,6 +76,9 @@ class RgbdSyncNode(LeanEventsMixin, Node):
         self.output_schedule = (FrameRateSchedule(cfg.output_rate_hz)
                                 if cfg.output_rate_hz > 0 else None)
         self.pairs_skipped = 0
+        #: Stamps of the colour frames whose image went out before their depth came.
+        self._images_ahead: collections.deque[int] = collections.deque(maxlen=8)
+        self.images_ahead_total = 0
         self.last_observation = None
         self._window_drops = 0
         self._last_cloud_s = 0.0
@@ -131,7 +139,26 @@ class RgbdSyncNode(LeanEventsMixin, Node):
 
     def _on_color(self, msg: Image) -> None:
         self.rates["rgb"].tick(time.monotonic())
-        self._handle_pairs(self.buffer.add_color(stamp_to_ns(msg.header.stamp), msg))
+        stamp_ns = stamp_to_ns(msg.header.stamp)
+        pairs = self.buffer.add_color(stamp_ns, msg)
+        if not pairs and self.buffer.is_pending("color", stamp_ns):
+            self._publish_image_ahead(stamp_ns, msg)
+        self._handle_pairs(pairs)
+
+    def _publish_image_ahead(self, stamp_ns: int, msg: Image) -> None:
+        """The policy image of a colour frame still waiting for its depth, if the frame
+        is one that will be output. A frame that cannot make one is left to the pair,
+        which reports why."""
+        if self.output_schedule is not None and not self.output_schedule.would_take(stamp_ns):
+            return
+        try:
+            image = self.pipeline.image_of(raw_image(msg))
+        except FrameRejected:
+            return
+        header = Header(stamp=msg.header.stamp, frame_id=msg.header.frame_id)
+        self.publishing.publish(self.image_pub, rgb8_image_msg(image, header))
+        self._images_ahead.append(stamp_ns)
+        self.images_ahead_total += 1
 
     def _on_depth(self, msg: Image) -> None:
         self.rates["depth"].tick(time.monotonic())
@@ -153,10 +180,12 @@ class RgbdSyncNode(LeanEventsMixin, Node):
 
     def _process(self, pair) -> None:
         color, depth = raw_image(pair.color), raw_image(pair.depth)
-        obs = self.pipeline.process(color, depth)
+        image_ahead = pair.stamp_ns in self._images_ahead
+        obs = self.pipeline.process(color, depth, with_image=not image_ahead)
         header = Header(stamp=ns_to_stamp(pair.stamp_ns), frame_id=self.config.base_frame)
-        image_header = Header(stamp=header.stamp, frame_id=pair.color.header.frame_id)
-        self.publishing.publish(self.image_pub, rgb8_image_msg(obs.image_rgb, image_header))
+        if not image_ahead:
+            image_header = Header(stamp=header.stamp, frame_id=pair.color.header.frame_id)
+            self.publishing.publish(self.image_pub, rgb8_image_msg(obs.image_rgb, image_header))
         self.publishing.publish(self.points_pub, xyzrgb_cloud_msg(obs.points, obs.colors, header))
         now = time.monotonic()
         self.rates["output"].tick(now)
@@ -214,6 +243,7 @@ class RgbdSyncNode(LeanEventsMixin, Node):
             "pairs_total": str(self.buffer.pairs_emitted),
             "observations_total": str(self.rates["output"].total),
             "pairs_skipped_total": str(self.pairs_skipped),
+            "images_ahead_total": str(self.images_ahead_total),
             "skew_ms_p50": f"{self.skew_ms.percentile(50):.3f}",
             "skew_ms_p99": f"{self.skew_ms.percentile(99):.3f}",
             "processing_ms_p50": f"{self.process_ms.percentile(50):.3f}",

@@ -6,7 +6,14 @@ MS = 1_000_000
 
 
 def due_stamps(schedule, stamps_ns):
-    return [s for s in stamps_ns if schedule.on_frame(s)]
+    """The due frames; ``would_take`` says the same before each frame is taken."""
+    due = []
+    for s in stamps_ns:
+        expected = schedule.would_take(s)
+        assert schedule.on_frame(s) == expected
+        if expected:
+            due.append(s)
+    return due
 
 
 def frames(period_ms, count, start_ms=0.0, jitter_ms=()):

@@ -87,6 +87,15 @@ def test_policy_image_is_centre_crop_resize_in_rgb():
     out = pipe.process(img, depth).image_rgb
     assert out.shape == (64, 96, 3)
     assert (out[..., 0] == 255).all() and (out[..., 1:] == 0).all()
+    # The colour frame alone gives the same image (rgbd_sync_node publishes it before the
+    # depth arrives); the points then come without it.
+    assert np.array_equal(pipe.image_of(img), out)
+    points_only = pipe.process(img, depth, with_image=False)
+    assert points_only.image_rgb is None and points_only.points.shape == (1024, 3)
+    with pytest.raises(FrameRejected, match="camera_info 640x576"):
+        pipe.image_of(RawImage(288, 320, "bgra8", 320 * 4, bytes(288 * 320 * 4)))
+    with pytest.raises(FrameRejected, match="no camera_info"):
+        RgbdObservationPipeline(pipe.config).image_of(img)
 
 
 def _depth32(values: np.ndarray) -> RawImage:

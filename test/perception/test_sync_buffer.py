@@ -24,6 +24,14 @@ def test_pairs_nearest_depth_within_skew_with_colour_stamp():
         (0, 4 * MS, 4 * MS), (PERIOD, PERIOD - 3 * MS, -3 * MS)]
 
 
+def test_a_colour_frame_is_pending_until_its_depth_comes():
+    buf = RgbdSyncBuffer(max_skew_s=0.010)
+    assert feed(buf, [("c", PERIOD)]) == [] and buf.is_pending("color", PERIOD)
+    assert not buf.is_pending("color", 2 * PERIOD) and not buf.is_pending("depth", PERIOD)
+    assert len(feed(buf, [("d", PERIOD + MS)])) == 1
+    assert not buf.is_pending("color", PERIOD)
+
+
 def test_jittered_streams_with_missing_frames():
     rng = np.random.default_rng(0)
     buf = RgbdSyncBuffer(max_skew_s=0.010)

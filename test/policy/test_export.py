@@ -10,9 +10,9 @@ import torch
 
 from diffusion_policy_ros.policy.export import (
     AOT_CHUNK_PACKAGE,
-    AOT_FRAME_PACKAGE,
     AOT_MANIFEST,
     AOT_MANIFEST_FORMAT,
+    AOT_PACKAGES,
     MANIFEST,
     compare_backends,
     cpu_instruction_sets,
@@ -63,7 +63,21 @@ def test_onnxruntime_matches_torch(make_config, language, tmp_path, changes):
                              graph_dir=tmp_path, weights_sha256="abc")
     diff = compare_backends(reference, candidate, _histories(policy), "pick up the red cube")
     assert diff["chunks"] == 4 and diff["max_abs"] < TOLERANCE, diff
-    assert "frame_encoder" in candidate.last_timings_ms
+    assert {"image_encoder", "cloud_encoder"} <= set(candidate.last_timings_ms)
+    _check_image_encoded_ahead(reference, candidate, policy)
+
+
+def _check_image_encoded_ahead(reference, candidate, policy):
+    """An image the candidate encoded before its chunk gives that chunk unchanged, and
+    the chunk runs the cloud encoder only."""
+    history = _histories(policy, 6)[-1]
+    assert candidate.encode_image_ahead(history[-1]["image"])
+    assert not candidate.encode_image_ahead(history[-1]["image"])  # cached already
+    expected = reference.predict(history, "pick up the red cube", noise=3)
+    misses = candidate.frame_cache.images.misses
+    chunk = candidate.predict(history, "pick up the red cube", noise=3)
+    assert np.abs(chunk - expected).max() < TOLERANCE
+    assert candidate.frame_cache.images.misses == misses + 1  # the older frame only
 
 
 def test_the_backend_refuses_graphs_of_other_weights_or_settings(make_config, language,
@@ -72,7 +86,10 @@ def test_the_backend_refuses_graphs_of_other_weights_or_settings(make_config, la
     with pytest.raises(BackendError, match="export the checkpoint first"):
         PolicyRunner(policy, device="cpu", language=language, backend="onnxruntime",
                      graph_dir=tmp_path)
+    (tmp_path / "frame_encoder.onnx").write_bytes(b"an earlier layout's graph")
     export_onnx(policy, tmp_path, "abc")
+    assert sorted(p.name for p in tmp_path.glob("*.onnx")) == [
+        "chunk.onnx", "cloud_encoder.onnx", "image_encoder.onnx"]
     smoothed = _policy(make_config, chunk_lowpass_terms=4)
     with pytest.raises(BackendError, match="chunk_lowpass_terms 0, asked for 4"):
         PolicyRunner(smoothed, device="cpu", language=language, backend="onnxruntime",
@@ -104,14 +121,15 @@ def aot_export(tiny_aot_student):
 def test_aotinductor_matches_torch(aot_export, language):
     policy, out, manifest, sha = aot_export
     assert manifest["format"] == AOT_MANIFEST_FORMAT and manifest["num_samples"] == 3
-    assert set(manifest["packages_sha256"]) == {AOT_FRAME_PACKAGE, AOT_CHUNK_PACKAGE}
+    assert set(manifest["packages_sha256"]) == set(AOT_PACKAGES)
     reference = PolicyRunner(policy, device="cpu", language=language)
     candidate = PolicyRunner(policy, device="cpu", language=language, backend="aotinductor",
                              graph_dir=out, weights_sha256=sha, num_threads=1)
     histories = _histories(policy)
     diff = compare_backends(reference, candidate, histories, "pick up the red cube")
     assert diff["chunks"] == 4 and diff["max_abs"] < TOLERANCE, diff
-    assert "frame_encoder" in candidate.last_timings_ms
+    assert {"image_encoder", "cloud_encoder"} <= set(candidate.last_timings_ms)
+    _check_image_encoded_ahead(reference, candidate, policy)
     # Arrays in another memory order (the camera path hands over Fortran-ordered colours):
     # the package must see the same values, not the same bytes.
     fortran = [[{k: np.asfortranarray(v) for k, v in obs.items()} for obs in history]

@@ -15,8 +15,9 @@ from diffusion_policy_ros.policy.devices import (
 from diffusion_policy_ros.policy.modeling_diffusion import DiffusionPolicy
 from diffusion_policy_ros.policy.runner import PolicyRunner, synthetic_observation
 
-STAGES = {"language", "rgb_encoder", "point_encoder", "proprio_encoder", "fusion",
-          "denoiser_step", "sampler", "total"}
+STAGES = {"language", "image_encoder", "rgb_encoder", "cloud_encoder", "point_encoder",
+          "proprio_encoder", "fusion", "denoiser_step", "sampler", "total"}
+ENCODERS = {"image_encoder", "rgb_encoder", "cloud_encoder", "point_encoder"}
 
 
 @pytest.fixture
@@ -39,7 +40,7 @@ def test_predict_returns_a_numpy_chunk_with_stage_timings(runner, history):
     assert np.array_equal(chunk, runner.predict(history, "pick up the red cube", noise=3))
     assert set(timings) == STAGES
     # The second call found both frames in the cache: no encoder ran.
-    assert set(runner.last_timings_ms) == STAGES - {"rgb_encoder", "point_encoder"}
+    assert set(runner.last_timings_ms) == STAGES - ENCODERS
     assert len(runner.timer.durations_s["denoiser_step"]) == 10
     assert timings["total"] >= timings["denoiser_step"] > 0
 
@@ -129,7 +130,28 @@ def test_each_frame_is_encoded_once_while_it_is_in_the_history(runner, language)
         fresh.frame_cache.clear()
         assert np.allclose(runner.predict(window, "pick up the red cube", noise=i),
                            fresh.predict(window, "pick up the red cube", noise=i), atol=1e-6)
-    assert (runner.frame_cache.misses, runner.frame_cache.hits) == (6, 4)
-    # Another instruction is another grounding: the frames are encoded again.
+    for half in (runner.frame_cache.images, runner.frame_cache.clouds):
+        assert (half.misses, half.hits) == (6, 4)
+    # Another instruction is another grounding: the clouds are encoded again, the
+    # images (which do not see it) are not.
     runner.predict(frames[4:6], "pick up the blue cube", noise=0)
-    assert runner.frame_cache.misses == 8
+    assert runner.frame_cache.clouds.misses == 8 and runner.frame_cache.images.misses == 6
+
+
+def test_an_image_encoded_ahead_is_not_encoded_again(runner, language):
+    """policy_node encodes a frame's image while its cloud is on the way: the chunk then
+    runs the cloud encoder only, and equals the chunk computed in one go."""
+    rng = np.random.default_rng(2)
+    window = [synthetic_observation(runner.policy, rng) for _ in range(2)]
+    fresh = PolicyRunner(runner.policy, device="cpu", language=language)
+    expected = fresh.predict(window, "pick up the red cube", noise=5)
+    runner.frame_cache.clear()
+    for obs in window:
+        assert runner.encode_image_ahead(obs["image"])
+    assert not runner.encode_image_ahead(window[-1]["image"])
+    misses = runner.frame_cache.images.misses
+    chunk = runner.predict(window, "pick up the red cube", noise=5)
+    assert np.allclose(chunk, expected, atol=1e-6)
+    assert runner.frame_cache.images.misses == misses
+    assert "image_encoder" not in runner.last_timings_ms
+    assert "cloud_encoder" in runner.last_timings_ms
