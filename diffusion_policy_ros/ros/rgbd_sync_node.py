@@ -10,7 +10,8 @@ pair, or ``output_rate_hz`` of them a second: ``perception.frame_schedule``),
 
 A colour frame that arrives before its depth has its policy image published at once
 (the image needs no depth): ``policy_node`` encodes it while this node waits for the
-depth and computes the points, so that work is off the frame's path to its chunk.
+depth and computes the points, so that work is off the frame's path to its chunk. One
+image at a time goes ahead: until a pair is made, later colour frames wait for theirs.
 """
 
 from __future__ import annotations
@@ -78,6 +79,9 @@ class RgbdSyncNode(LeanEventsMixin, Node):
         self.pairs_skipped = 0
         #: Stamps of the colour frames whose image went out before their depth came.
         self._images_ahead: collections.deque[int] = collections.deque(maxlen=8)
+        #: Set while an image sent ahead waits for a pair: a frame whose depth is lost
+        #: must not make every colour frame after it go ahead too.
+        self._image_ahead_waiting = False
         self.images_ahead_total = 0
         self.last_observation = None
         self._window_drops = 0
@@ -149,7 +153,8 @@ class RgbdSyncNode(LeanEventsMixin, Node):
         """The policy image of a colour frame still waiting for its depth, if the frame
         is one that will be output. A frame that cannot make one is left to the pair,
         which reports why."""
-        if self.output_schedule is not None and not self.output_schedule.would_take(stamp_ns):
+        if self._image_ahead_waiting or (self.output_schedule is not None
+                                         and not self.output_schedule.would_take(stamp_ns)):
             return
         try:
             image = self.pipeline.image_of(raw_image(msg))
@@ -158,6 +163,7 @@ class RgbdSyncNode(LeanEventsMixin, Node):
         header = Header(stamp=msg.header.stamp, frame_id=msg.header.frame_id)
         self.publishing.publish(self.image_pub, rgb8_image_msg(image, header))
         self._images_ahead.append(stamp_ns)
+        self._image_ahead_waiting = True
         self.images_ahead_total += 1
 
     def _on_depth(self, msg: Image) -> None:
@@ -165,6 +171,10 @@ class RgbdSyncNode(LeanEventsMixin, Node):
         self._handle_pairs(self.buffer.add_depth(stamp_to_ns(msg.header.stamp), msg))
 
     def _handle_pairs(self, pairs) -> None:
+        if pairs:
+            # The frame an image went ahead for was paired, or a later one was and the
+            # buffer gave it up: the next due frame may go ahead again.
+            self._image_ahead_waiting = False
         for pair in pairs:
             self.skew_ms.add(pair.skew_ns * 1e-6)
             if self.output_schedule is not None and \
