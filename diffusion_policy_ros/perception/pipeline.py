@@ -164,12 +164,18 @@ class RgbdObservationPipeline:
         return max(1, math.floor(self.config.voxel_size_m * focal / z_far))
 
     def _check_pair(self, color: RawImage, depth: RawImage) -> None:
-        if self.camera is None:
-            raise FrameRejected("no_camera_info", "no camera_info received yet")
+        self._check_camera()
         if (color.height, color.width) != (depth.height, depth.width):
             raise FrameRejected("size_mismatch", f"colour {color.width}x{color.height} and depth "
                                 f"{depth.width}x{depth.height} differ (depth must be registered "
                                 "to colour)")
+        self._check_size(color)
+
+    def _check_camera(self) -> None:
+        if self.camera is None:
+            raise FrameRejected("no_camera_info", "no camera_info received yet")
+
+    def _check_size(self, color: RawImage) -> None:
         if (color.height, color.width) != (self.camera.height, self.camera.width):
             raise FrameRejected("camera_info_size_mismatch", f"image {color.width}x{color.height} "
                                 f"but camera_info {self.camera.width}x{self.camera.height}")
@@ -178,12 +184,8 @@ class RgbdObservationPipeline:
         """The policy image of a colour frame alone (``process`` makes the same one), for
         a node that publishes it while the frame's depth is still on its way; raises
         ``FrameRejected`` without camera_info or when the sizes disagree."""
-        if self.camera is None:
-            raise FrameRejected("no_camera_info", "no camera_info received yet")
-        if (color.height, color.width) != (self.camera.height, self.camera.width):
-            raise FrameRejected("camera_info_size_mismatch", f"image {color.width}x"
-                                f"{color.height} but camera_info {self.camera.width}x"
-                                f"{self.camera.height}")
+        self._check_camera()
+        self._check_size(color)
         return self.policy_image(*color_view(color))
 
     def process(self, color: RawImage, depth: RawImage, with_image: bool = True) -> Observation:

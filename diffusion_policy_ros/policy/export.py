@@ -44,6 +44,7 @@ MANIFEST = "onnx.json"
 IMAGE_GRAPH = "image_encoder.onnx"
 CLOUD_GRAPH = "cloud_encoder.onnx"
 CHUNK_GRAPH = "chunk.onnx"
+GRAPHS = (IMAGE_GRAPH, CLOUD_GRAPH, CHUNK_GRAPH)
 MANIFEST_FORMAT = "diffusion_policy_ros.onnx/2"
 AOT_MANIFEST = "aot.json"
 AOT_IMAGE_PACKAGE = "image_encoder.pt2"
@@ -163,7 +164,7 @@ def export_onnx(policy: DiffusionPolicy, out_dir: str | Path, weights_sha256: st
                 opset: int = 18) -> dict:
     """Write the three graphs and the manifest into ``out_dir``; return the manifest."""
     out_dir, graphs = Path(out_dir), ExportGraphs.of(policy, steps, num_samples)
-    _clear_other_graphs(out_dir, ".onnx", (IMAGE_GRAPH, CLOUD_GRAPH, CHUNK_GRAPH))
+    _clear_other_graphs(out_dir, ".onnx", GRAPHS)
     _export(graphs.image_encoder, graphs.image_args, out_dir / IMAGE_GRAPH, ["image"],
             list(IMAGE_FEATURE_KEYS), opset)
     _export(graphs.cloud_encoder, graphs.cloud_args, out_dir / CLOUD_GRAPH,

@@ -125,13 +125,7 @@ class OnnxRuntimeBackend(_ExportedGraphs):
         except ImportError as exc:
             raise BackendError("backend 'onnxruntime' needs the onnxruntime package "
                                "(pip install onnxruntime)") from exc
-        from diffusion_policy_ros.policy.export import (
-            CHUNK_GRAPH,
-            CLOUD_GRAPH,
-            IMAGE_GRAPH,
-            MANIFEST,
-            MANIFEST_FORMAT,
-        )
+        from diffusion_policy_ros.policy.export import GRAPHS, MANIFEST, MANIFEST_FORMAT
 
         graph_dir = Path(graph_dir)
         manifest = read_manifest(graph_dir / MANIFEST, MANIFEST_FORMAT, weights_sha256, steps,
@@ -145,7 +139,7 @@ class OnnxRuntimeBackend(_ExportedGraphs):
         try:
             self.image_session, self.cloud_session, self.chunk_session = (
                 onnxruntime.InferenceSession(str(graph_dir / name), options, providers=providers)
-                for name in (IMAGE_GRAPH, CLOUD_GRAPH, CHUNK_GRAPH))
+                for name in GRAPHS)
         except Exception as exc:  # noqa: BLE001 - ORT raises its own exception types
             raise BackendError(f"ONNX Runtime cannot load {graph_dir} "
                                f"({type(exc).__name__}: {exc})") from exc
