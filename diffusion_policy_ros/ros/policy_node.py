@@ -441,8 +441,7 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
     def _encode_ahead(self, stamp_ns: int, rgb: np.ndarray) -> None:
         """The image of a frame whose cloud is still on its way and which will start a
         chunk: the worker encodes it now, so the chunk waits for the cloud's half only."""
-        if self.frame_ticks is None or self.runner is None or self._state != "active" \
-                or self._stopped:
+        if self.frame_ticks is None or self.runner is None or not self._acting():
             return
         with self._work:
             if self.frame_ticks.would_take(stamp_ns):
@@ -500,8 +499,12 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
             self.watchdog_ticks += 1
         self._mark_tick_due()
 
+    def _acting(self) -> bool:
+        """Active and not stopped by ~/stop: the state in which chunks are computed."""
+        return self._state == "active" and not self._stopped
+
     def _mark_tick_due(self) -> None:
-        if self.runner is None or self._state != "active" or self._stopped:
+        if self.runner is None or not self._acting():
             return
         with self._work:
             if self._tick_due:
@@ -559,8 +562,8 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
             self.stage_ms["image_encoder_ahead"].add((time.perf_counter() - start) * 1e3)
 
     def _tick(self) -> None:
-        runner = self.runner
-        if runner is None or self._state != "active" or self._stopped:
+        runner = self.runner  # held: a cleanup may clear self.runner meanwhile
+        if runner is None or not self._acting():
             return
         wall = time.perf_counter()
         instruction = self._instruction
@@ -603,7 +606,7 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
         if not np.isfinite(chunk).all():
             self._refuse("non_finite_action", "the policy produced NaN or inf actions")
             return
-        if self._state != "active" or self._stopped:
+        if not self._acting():
             return  # deactivated or stopped while this chunk was computed
         if self.history.generation != generation:
             self.discarded_after_restart += 1  # a new task began while this was computed
@@ -688,7 +691,7 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
         self._check_observation_qos()
         cfg = self.config
         rate = self.chunk_rate.rate_hz(self._clock_s())
-        acting = self._state == "active" and not self._stopped
+        acting = self._acting()
         refusal = self._refusal if acting else None
         status = DiagnosticStatus(name=f"{self.get_name()}: policy", hardware_id="policy")
         if self._error and self._state == "unconfigured":
