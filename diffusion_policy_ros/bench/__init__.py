@@ -65,6 +65,8 @@ module                 command                          what it measures
                                                         exits, refused publishes, when the sim had
                                                         the first command and how late its
                                                         reports arrived (starts ROS)
+``json_report``        (a helper)                       the ``--json`` file each benchmark can
+                                                        write next to its printed table
 =====================  ===============================  ==========================================
 
 Nothing is imported here: each benchmark pulls in only what it measures (torch,

@@ -9,13 +9,13 @@ interleaved repeats, the speed-up and the largest difference to float64 Mish.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from collections.abc import Sequence
 
 import numpy as np
 import torch
 
+from diffusion_policy_ros.bench.json_report import write_json
 from diffusion_policy_ros.policy.activations import mish
 
 SHAPES = {"grounding 1x1024x64": (1, 1024, 64), "unet block 8x64x16": (8, 64, 16)}
@@ -72,9 +72,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"{r['shape']:>22} {r['mode']:>9} {r['torch_us_p50']:>9.1f} "
               f"{r['one_exp_us_p50']:>11.1f} {r['speedup']:>8.1f}x "
               f"{r['torch_max_abs_err']:>10.1e} {r['one_exp_max_abs_err']:>12.1e}")
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump(rows, fh, indent=2)
+    write_json(args.json, rows)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.qos import QoSProfile
 from sensor_msgs.msg import JointState
 
+from diffusion_policy_ros.bench.json_report import write_json
 from diffusion_policy_ros.config import CONFIG_DIR
 from diffusion_policy_ros.monitoring import process_cpu_s
 from diffusion_policy_ros.ros.dds_profiles import PROFILES_ENV, PROFILES_FILE
@@ -200,10 +201,8 @@ def run(cycles: int = 100, rounds: int = 2, freeze_s: float = 0.3, gap_s: float 
         probe.close()
         rclpy.try_shutdown()
     print(format_table(rows))
-    if json_path:
-        with open(json_path, "w", encoding="utf-8") as fh:
-            json.dump({"command": "dpr bench frozen-subscriber", "cpu_count": os.cpu_count(),
-                       "rows": rows}, fh, indent=2)
+    write_json(json_path, {"command": "dpr bench frozen-subscriber",
+                           "cpu_count": os.cpu_count(), "rows": rows})
     return 0
 
 

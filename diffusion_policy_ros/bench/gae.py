@@ -8,13 +8,13 @@ over interleaved repeats, the speed-up and the largest difference between the tw
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from collections.abc import Sequence
 
 import numpy as np
 import torch
 
+from diffusion_policy_ros.bench.json_report import write_json
 from diffusion_policy_ros.learning.ppo import gae_advantages, gae_advantages_loop
 
 
@@ -61,9 +61,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     for r in rows:
         print(f"{r['steps']:>6} x {r['envs']:<4} {r['vectorised_ms_p50']:>14.3f} "
               f"{r['loop_ms_p50']:>9.3f} {r['speedup']:>8.1f}x {r['max_abs_diff']:>11.1e}")
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump(rows, fh, indent=2)
+    write_json(args.json, rows)
 
 
 if __name__ == "__main__":

@@ -13,13 +13,13 @@ tolerance, their pose errors and the largest joint difference between the two pa
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from collections.abc import Sequence
 
 import numpy as np
 import torch
 
+from diffusion_policy_ros.bench.json_report import write_json
 from diffusion_policy_ros.description import TOOL_LINK, URDF_PATH
 from diffusion_policy_ros.policy.grasp_lift import GraspLiftConfig, StalledGraspLift, lift_rise_m
 from diffusion_policy_ros.policy.kinematics import SerialChainKinematics, urdf_kinematics
@@ -120,9 +120,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         else:
             print(f"  {name:<15}{r[f'{name}_solved']:4d}")
     print(f"  largest joint difference between the two paths: {r['max_joint_diff_rad']:.1e} rad")
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump(r, fh, indent=2)
+    write_json(args.json, r)
 
 
 if __name__ == "__main__":

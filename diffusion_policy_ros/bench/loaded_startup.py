@@ -34,6 +34,7 @@ from rclpy.qos import QoSProfile
 from sensor_msgs.msg import CameraInfo, Image, JointState
 from std_msgs.msg import Float64MultiArray
 
+from diffusion_policy_ros.bench.json_report import write_json
 from diffusion_policy_ros.config import CONFIG_DIR
 from diffusion_policy_ros.ros.conversions import stamp_to_ns
 from diffusion_policy_ros.ros.processes import stop_process
@@ -178,10 +179,8 @@ def run(cycles: int = 10, burners: int = 4, listen_s: float = 6.0, timeout_s: fl
             proc.wait()
     summary = summarize(rows)
     print(format_table(summary, burners))
-    if json_path:
-        with open(json_path, "w", encoding="utf-8") as fh:
-            json.dump({"command": "dpr bench loaded-startup", "cpu_count": os.cpu_count(),
-                       "burners": burners, "summary": summary, "rows": rows}, fh, indent=2)
+    write_json(json_path, {"command": "dpr bench loaded-startup", "cpu_count": os.cpu_count(),
+                           "burners": burners, "summary": summary, "rows": rows})
     return 0
 
 

@@ -15,13 +15,13 @@ sentence-encoder call) is timed separately on fresh instructions.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
 
+from diffusion_policy_ros.bench.json_report import write_json
 from diffusion_policy_ros.policy.configuration_diffusion import (
     DiffusionPolicyConfig,
     load_policy_config,
@@ -143,9 +143,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                             language=LanguageEmbedder(cache_path=args.language_cache),
                             cache_misses=args.language_cache is None)
     print(format_table(rows))
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump(rows, fh, indent=2)
+    write_json(args.json, rows)
 
 
 if __name__ == "__main__":

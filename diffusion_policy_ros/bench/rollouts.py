@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import time
 from collections.abc import Sequence
 
 import numpy as np
 import torch
 
+from diffusion_policy_ros.bench.json_report import write_json
 from diffusion_policy_ros.config import SHIPPED_CHECKPOINT
 from diffusion_policy_ros.learning.finetune import RolloutCollector
 from diffusion_policy_ros.learning.finetune_config import load_finetune_config
@@ -62,9 +62,7 @@ def main(argv: Sequence[str] | None = None) -> None:
           f"collections of >= {args.steps_per_env} steps per env (whole episodes)")
     for r in rows:
         print(f"  {r['envs']:>3} envs: {r['env_steps_per_s_p50']:7.1f} env steps/s")
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump(rows, fh, indent=2)
+    write_json(args.json, rows)
 
 
 if __name__ == "__main__":

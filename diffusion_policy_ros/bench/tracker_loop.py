@@ -11,7 +11,6 @@ policy-sized work (torch matrix products on one thread for 50 ms out of every
 
 from __future__ import annotations
 
-import json
 import math
 import multiprocessing
 import os
@@ -27,6 +26,7 @@ from rclpy.qos import QoSProfile
 from sensor_msgs.msg import JointState
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
+from diffusion_policy_ros.bench.json_report import write_json
 from diffusion_policy_ros.config import CONFIG_DIR
 from diffusion_policy_ros.ros.processes import stop_process
 
@@ -155,9 +155,6 @@ def run(seconds: float = 10.0, priorities: tuple[int, ...] = (0, 50),
     finally:
         rclpy.try_shutdown()
     print(format_table(rows))
-    if json_path:
-        report = {"command": "dpr bench tracker", "seconds": seconds,
-                  "cpu_count": os.cpu_count(), "rows": rows}
-        with open(json_path, "w", encoding="utf-8") as fh:
-            json.dump(report, fh, indent=2)
+    write_json(json_path, {"command": "dpr bench tracker", "seconds": seconds,
+                           "cpu_count": os.cpu_count(), "rows": rows})
     return 0 if all(row["diagnostics"] for row in rows) else 1
