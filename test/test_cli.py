@@ -62,6 +62,15 @@ def test_eval_over_ros_passes_the_policy_options_to_policy_node():
         "backend:=torch", "precision:=bf16"]
 
 
+def test_eval_over_ros_passes_the_camera_options_to_sim_node():
+    from diffusion_policy_ros.cli.evaluate import _sim_params
+
+    args = build_parser().parse_args(["eval", "--ros", "--depth-noise", "--resolution", "640",
+                                      "360"])
+    assert _sim_params(args) == ["depth_noise:=true", "resolution:=[640,360]"]
+    assert _sim_params(build_parser().parse_args(["eval", "--ros"])) == []
+
+
 def test_collect_recovery_without_a_checkpoint_is_a_clear_error(tmp_path, capsys):
     assert main(["collect", "--episodes", "1", "--out", str(tmp_path / "out"),
                  "--recover-from", str(tmp_path / "missing")]) == 2

@@ -14,7 +14,12 @@ import time
 
 import numpy as np
 
-from diffusion_policy_ros.sim.camera import DEFAULT_RESOLUTION, HD_RESOLUTION, KinectCamera
+from diffusion_policy_ros.sim.camera import (
+    DEFAULT_RESOLUTION,
+    FINE_RESOLUTION,
+    HD_RESOLUTION,
+    KinectCamera,
+)
 from diffusion_policy_ros.sim.scene import ArmScene
 
 
@@ -29,7 +34,8 @@ def _median_s(fn, repeats: int, clock=time.perf_counter) -> float:
 
 
 def run_benchmark(frames: int = 60, step_blocks: int = 50, steps_per_block: int = 100,
-                  resolutions=(DEFAULT_RESOLUTION, HD_RESOLUTION), seed: int = 0) -> dict:
+                  resolutions=(DEFAULT_RESOLUTION, FINE_RESOLUTION, HD_RESOLUTION),
+                  seed: int = 0) -> dict:
     """Median seconds per frame / step; keys name what was timed."""
     scene = ArmScene()
     scene.reset(seed=seed)

@@ -35,6 +35,9 @@ def add_parser(sub) -> None:
                             "precision parameter)")
     evaluation.add_argument("--depth-noise", action="store_true", help="turn on the simulated "
                             "Kinect's time-of-flight depth noise and dropouts (robustness)")
+    evaluation.add_argument("--resolution", type=int, nargs=2, metavar=("WIDTH", "HEIGHT"),
+                            help="the simulated camera's image size in px (default: "
+                            "config/sim.yaml's resolution)")
     evaluation.add_argument("--noise", choices=("stream", "fixed", "fresh"), default="stream",
                             help="initial noise of the chunks: stream = new noise per chunk "
                             "from a generator seeded per episode (reproducible); fixed = the "
@@ -72,8 +75,16 @@ def _eval_over_ros(args: argparse.Namespace) -> int:
         episodes=args.episodes, seed=args.seed, checkpoint=args.checkpoint,
         switch_after_s=SWITCH_AFTER_S if args.instructions == "switch" else None,
         device=args.device, num_inference_steps=args.steps or 0, out=args.out,
-        sim_params=["depth_noise:=true"] if args.depth_noise else [],
+        sim_params=_sim_params(args),
         policy_params=_policy_params(args)))
+
+
+def _sim_params(args: argparse.Namespace) -> list[str]:
+    """``sim_node`` overrides for the options the in-process run also takes."""
+    params = ["depth_noise:=true"] if args.depth_noise else []
+    if args.resolution:
+        params.append(f"resolution:=[{args.resolution[0]},{args.resolution[1]}]")
+    return params
 
 
 def _policy_params(args: argparse.Namespace) -> list[str]:
@@ -97,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
                                  args.instructions, args.device, args.steps,
                                  media_dir=args.out, noise=args.noise,
                                  num_samples=args.samples, depth_noise=args.depth_noise,
+                                 resolution=args.resolution,
                                  backend=args.backend, precision=args.precision,
                                  grasp_retry=(None if args.grasp_retry is None
                                               else args.grasp_retry == "on"),

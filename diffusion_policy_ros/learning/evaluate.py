@@ -38,6 +38,7 @@ import collections
 import dataclasses
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -220,13 +221,15 @@ def evaluate(checkpoint: str | Path, episodes: int = 100, seed: int = 0,
              noise: str = "stream",
              num_samples: int | None = None,
              depth_noise: bool = False,
+             resolution: Sequence[int] | None = None,
              backend: str = "torch",
              grasp_retry: bool | None = None,
              grasp_lift: bool | None = None,
              precision: str = "fp32") -> tuple[dict, list[EpisodeOutcome]]:
     """Closed-loop episodes with seeds ``seed .. seed + episodes - 1`` (``depth_noise``:
     the simulated Kinect's time-of-flight noise and dropouts on, a robustness check; the
-    demonstrations are recorded without; ``grasp_retry``: None = as policy_node's
+    demonstrations are recorded without; ``resolution``: the camera's [width, height],
+    None = config/sim.yaml's; ``grasp_retry``: None = as policy_node's
     config/policy_node.yaml; ``grasp_lift`` likewise)."""
     if instruction_mode not in INSTRUCTION_MODES:
         raise ValueError(f"instruction_mode must be one of {INSTRUCTION_MODES}")
@@ -234,8 +237,9 @@ def evaluate(checkpoint: str | Path, episodes: int = 100, seed: int = 0,
                                           device=device, num_inference_steps=num_inference_steps,
                                           num_samples=num_samples, num_threads=num_threads,
                                           backend=backend, precision=precision)
-    config = dataclasses.replace(load_sim_config(), render_observations=True,
-                                 depth_noise=depth_noise,
+    config = load_sim_config()
+    config = dataclasses.replace(config, render_observations=True, depth_noise=depth_noise,
+                                 resolution=list(resolution or config.resolution),
                                  chunk_horizon=runner.config.horizon,
                                  chunk_dt_s=runner.config.action_dt_s)
     runner.warmup("pick up the red cube")  # one-off costs stay out of the latency figures
@@ -265,10 +269,11 @@ def evaluate(checkpoint: str | Path, episodes: int = 100, seed: int = 0,
     policy = {"checkpoint": str(checkpoint), "backend": backend, "precision": precision,
               "num_inference_steps": runner.num_inference_steps,
               "num_samples": runner.num_samples}
+    camera = {"resolution": list(config.resolution), "depth_noise": depth_noise}
     return {**summarize(outcomes), "grasp_retry": retry_config.enabled,
             "grasp_retry_max_retries": retry_config.max_retries if retry_config.enabled
             else None,
-            "grasp_lift": lift_config.enabled, "policy": policy}, outcomes
+            "grasp_lift": lift_config.enabled, "policy": policy, "camera": camera}, outcomes
 
 
 def write_report(path: str | Path, summary: dict, outcomes: list[EpisodeOutcome]) -> None:

@@ -63,13 +63,13 @@ class MediaFrame:
 
 
 def draw_frame(frame: MediaFrame, projector: PathProjector | None,
-               max_width: int = 480) -> Image.Image:
-    """The frame's image with the path and caption, scaled to at most ``max_width``."""
+               width: int = 480) -> Image.Image:
+    """The frame's image scaled to ``width`` px (down or up: GIFs of any camera
+    resolution read alike), with the path and caption."""
     image = Image.fromarray(np.ascontiguousarray(frame.image_rgb[..., :3]))
-    scale = min(1.0, max_width / image.width)
-    if scale < 1.0:
-        image = image.resize((round(image.width * scale), round(image.height * scale)),
-                             Image.Resampling.LANCZOS)
+    scale = width / image.width
+    if image.width != width:
+        image = image.resize((width, round(image.height * scale)), Image.Resampling.LANCZOS)
     draw = ImageDraw.Draw(image)
     if projector is not None and frame.path_base_m is not None and len(frame.path_base_m):
         pixels, ok = projector.project(frame.path_base_m)
@@ -87,7 +87,7 @@ def draw_frame(frame: MediaFrame, projector: PathProjector | None,
 
 
 def write_gif(frames: Sequence[MediaFrame], path: str | Path, projector: PathProjector | None,
-              fps: float = 10.0, max_width: int = 480) -> Path:
+              fps: float = 10.0, width: int = 480) -> Path:
     """Animated GIF (loops; the last frame held for 1 s).
 
     Each frame gets its own octree palette: PIL's default (median cut) spends its 256
@@ -96,7 +96,7 @@ def write_gif(frames: Sequence[MediaFrame], path: str | Path, projector: PathPro
     """
     if not frames:
         raise ValueError("no frames to write")
-    pictures = [draw_frame(f, projector, max_width).quantize(256, Image.Quantize.FASTOCTREE)
+    pictures = [draw_frame(f, projector, width).quantize(256, Image.Quantize.FASTOCTREE)
                 for f in frames]
     duration_ms = max(20, round(1000.0 / fps))
     durations = [duration_ms] * (len(pictures) - 1) + [1000]

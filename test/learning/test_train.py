@@ -16,6 +16,7 @@ from diffusion_policy_ros.policy.configuration_diffusion import (
     load_policy_config,
 )
 from diffusion_policy_ros.policy.modeling_diffusion import DiffusionPolicy
+from diffusion_policy_ros.sim.camera import DEFAULT_RESOLUTION
 
 pytestmark = pytest.mark.slow  # trains policies: ~1 min; CI runs it, -m "not slow" skips
 
@@ -95,9 +96,13 @@ def test_closed_loop_evaluation_runs_a_checkpoint(tiny_checkpoint, tmp_path):
     from diffusion_policy_ros.learning.evaluate import evaluate, write_report
 
     for mode, precision in (("task", "fp32"), ("wrong", "bf16")):
+        resolution = [160, 90] if mode == "wrong" else None
         summary, outcomes = evaluate(tiny_checkpoint, episodes=1, seed=40, instruction_mode=mode,
                                      progress=False, precision=precision, num_samples=2,
+                                     resolution=resolution,
                                      media_dir=tmp_path / "media" if mode == "task" else None)
+        assert summary["camera"] == {"resolution": resolution or list(DEFAULT_RESOLUTION),
+                                     "depth_noise": False}
         assert summary["episodes"] == 1 and summary["chunk_latency_ms_p50"] > 0
         policy = summary["policy"]  # the report says what ran
         assert (policy["backend"], policy["precision"], policy["num_samples"]) == (

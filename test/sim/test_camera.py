@@ -8,6 +8,8 @@ from diffusion_policy_ros.perception.geometry import RigidTransform, Workspace, 
 from diffusion_policy_ros.perception.image_decoding import decode_color, decode_depth
 from diffusion_policy_ros.perception.pipeline import RgbdSyncConfig
 from diffusion_policy_ros.sim.camera import (
+    DEFAULT_RESOLUTION,
+    FINE_RESOLUTION,
     HD_RESOLUTION,
     DepthNoise,
     KinectCamera,
@@ -57,7 +59,8 @@ def test_intrinsics_are_a_square_pixel_pinhole(scene):
 
 def test_depth_matches_mj_ray_along_pixel_rays(scene, camera):
     frame = camera.render_arrays(scene.data)
-    rows, cols = np.mgrid[2:360:7, 3:640:7]
+    step = max(3, 7 * camera.width // 640)  # a ray every 7 px at 640 wide
+    rows, cols = np.mgrid[2:camera.height:step, 3:camera.width:step]
     rows, cols = rows.ravel(), cols.ravel()
     rays = _pixel_rays_base(camera, rows, cols)
     norms = np.linalg.norm(rays, axis=1)
@@ -150,9 +153,10 @@ def test_intrinsics_project_objects_onto_their_pixels(scene, resolution):
 def test_render_produces_kinect_encodings(scene, camera):
     colour, depth = camera.render(scene.data)
     frame = camera.render_arrays(scene.data)
-    assert (colour.encoding, colour.step, colour.width, colour.height) == ("bgra8", 2560, 640,
-                                                                          360)
-    assert (depth.encoding, depth.step) == ("16UC1", 1280)
+    width, height = DEFAULT_RESOLUTION
+    assert (colour.encoding, colour.step, colour.width, colour.height) == ("bgra8", 4 * width,
+                                                                          width, height)
+    assert (depth.encoding, depth.step) == ("16UC1", 2 * width)
     np.testing.assert_array_equal(decode_color(colour), frame.rgb)
     assert np.all(np.frombuffer(colour.data, np.uint8)[3::4] == 255)
     z = decode_depth(depth, min_depth_m=0.25)  # 0 = no return
@@ -164,19 +168,22 @@ def test_render_produces_kinect_encodings(scene, camera):
     table = scene.model.geom("table_top").id
     seg = camera.render_segmentation(scene.data).ravel()
     top = points[(seg == table) & (points[:, 0] < 0.99)]  # not the table's front face at x = 1
-    assert len(top) > 50_000
+    assert len(top) > 0.2 * width * height
     np.testing.assert_allclose(top[:, 2], 0.0, atol=0.0015)
 
 
 def test_depth_noise_is_off_by_default_and_seeded(scene):
-    with KinectCamera(scene.model) as clean:
+    # at the Kinect's depth pixel pitch, where DepthNoise's dropout share is calibrated;
+    # coarser images lose more to the one-pixel edge band (docs/lightdp.md)
+    with KinectCamera(scene.model, *FINE_RESOLUTION) as clean:
         z0 = clean.render_arrays(scene.data).depth_m
         z0_again = clean.render_arrays(scene.data).depth_m
     np.testing.assert_array_equal(z0, z0_again)
     noise = DepthNoise()
     frames = []
     for _ in range(2):
-        with KinectCamera(scene.model, depth_noise=noise, seed=4) as noisy:
+        with KinectCamera(scene.model, *FINE_RESOLUTION, depth_noise=noise,
+                          seed=4) as noisy:
             frames.append(noisy.render_arrays(scene.data).depth_m)
     np.testing.assert_array_equal(frames[0], frames[1])
     z = frames[0]
@@ -206,7 +213,8 @@ def test_depth_noise_does_not_lift_the_table_into_the_shipped_workspace(scene, c
             inside += int(floor.contains(on_table).sum())
             inside_lowered += int(lowered.contains(on_table).sum())
     assert inside == 0
-    assert inside_lowered > 1000  # a floor 7 mm lower lets the noisy table in
+    # a floor 7 mm lower lets the noisy table in (1000 points at 640x360)
+    assert inside_lowered > 1000 * camera.width * camera.height / (640 * 360)
 
 
 def test_set_camera_pose_moves_the_optical_frame(scene):

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from diffusion_policy_ros.config import CONFIG_DIR
+from diffusion_policy_ros.sim.camera import DEFAULT_RESOLUTION
 from diffusion_policy_ros.sim.env import GraspEnv
 from diffusion_policy_ros.sim.runtime import SimulationRuntime, load_tracker_config
 from diffusion_policy_ros.sim.scene import HOME_ARM_Q_RAD
@@ -159,8 +160,8 @@ def test_runtime_frames_at_30_hz_and_external_efforts():
         np.testing.assert_allclose(np.diff([f.stamp_s for f in frames]), 1 / 30, atol=0.0021)
         first = frames[0]
         assert (first.color.encoding, first.depth.encoding) == ("bgra8", "16UC1")
-        assert (first.color.width, first.color.height) == (640, 360)
-        assert first.camera.width == 640
+        assert (first.color.width, first.color.height) == DEFAULT_RESOLUTION
+        assert first.camera.width == DEFAULT_RESOLUTION[0]
         np.testing.assert_allclose(runtime.scene.joint_positions(), q0, atol=1e-3)
         assert runtime.task_state.elapsed_s == pytest.approx(1.0)
         # no noise: the same state renders the same depth

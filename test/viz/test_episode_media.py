@@ -7,6 +7,7 @@ from PIL import Image
 from diffusion_policy_ros.perception.geometry import CameraModel, RigidTransform
 from diffusion_policy_ros.viz.episode_media import (
     EpisodeRecording,
+    MediaFrame,
     PathProjector,
     draw_frame,
     write_gif,
@@ -46,7 +47,7 @@ def test_gif_has_one_picture_per_frame_with_the_path_drawn(tmp_path):
     with Image.open(written["gif"]) as gif:
         assert gif.n_frames == 3 and gif.size == (480, 270)
     assert len(rec.trace.t_measured_s) == 50  # thinned to 50 Hz
-    picture = np.asarray(draw_frame(rec.frames[-1], projector, max_width=640).convert("RGB"))
+    picture = np.asarray(draw_frame(rec.frames[-1], projector, width=640).convert("RGB"))
     assert (picture[180, 222:410] == (40, 220, 60)).all(axis=-1).all()  # the path line
     assert picture[180, 420].tolist() == [230, 30, 30]  # closing: red end
     assert np.asarray(draw_frame(rec.frames[0], projector, 640))[100:].max() == 0  # no path
@@ -61,7 +62,6 @@ def test_no_frames_is_an_error(tmp_path):
 def test_gif_keeps_the_colour_of_a_small_object_on_a_large_shaded_table(tmp_path):
     """A palette spent on the table's shades alone would turn the small objects, whose
     colours the instructions name, into table colours."""
-    from diffusion_policy_ros.viz.episode_media import MediaFrame
 
     rows, cols = np.mgrid[0:360, 0:640]
     frame = np.stack([150 + cols * 60 // 640, 110 + rows * 60 // 360,
@@ -74,3 +74,8 @@ def test_gif_keeps_the_colour_of_a_small_object_on_a_large_shaded_table(tmp_path
     # 640 -> 480 wide: the patch is at (150:157, 225:231) in the GIF; its centre pixel
     centre = back[153, 228]
     assert np.abs(centre - purple.astype(int)).max() <= 24, centre.tolist()
+
+
+def test_a_small_camera_image_is_scaled_up_to_the_gif_width():
+    frame = MediaFrame(t_s=0.0, image_rgb=np.zeros((180, 320, 3), np.uint8))
+    assert draw_frame(frame, None).size == (480, 270)
