@@ -26,6 +26,7 @@ import numpy as np
 import torch
 import yaml
 
+from diffusion_policy_ros.bench.json_report import write_json
 from diffusion_policy_ros.config import CONFIG_DIR, DATA_DIR
 from diffusion_policy_ros.policy.export import MANIFESTS
 from diffusion_policy_ros.policy.language import LanguageEmbedder
@@ -235,7 +236,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "lightdp.md").write_text(table + "\n", encoding="utf-8")
-    (out / "lightdp.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    write_json(out / "lightdp.json", results)
     print(f"\nwritten: {out / 'lightdp.md'}, {out / 'lightdp.json'}")
     return 0
 
