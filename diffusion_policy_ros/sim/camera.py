@@ -43,8 +43,7 @@ CAMERA_NAME = "kinect"
 #: for a quarter of the drawing, transport and decoding (docs/lightdp.md, "a quarter of
 #: the pixels"); the shipped policy was trained at 640x360.
 DEFAULT_RESOLUTION = (320, 180)
-#: As wide as the Kinect's narrow-field depth image: DepthNoise's edge band is one pixel of
-#: it, so coarser images lose a larger share of a small object to it.
+#: As wide as the Kinect's narrow-field depth image, the pixel pitch DepthNoise is set in.
 FINE_RESOLUTION = (640, 360)
 HD_RESOLUTION = (1280, 720)
 #: MuJoCo camera axes (x right, y up, looking along -z) -> optical axes (y down, z forward).
@@ -58,15 +57,31 @@ class DepthNoise:
     - Gaussian noise with ``sigma = sigma_base_m + sigma_per_m2 * z^2``: ToF phase
       noise grows as the returned amplitude falls off with distance.
     - ``dropout_prob``: isolated pixels without a return (multipath, low IR albedo).
-    - ``edge_jump_m``: pixels at depth discontinuities larger than this become
-      invalid, as the Kinect driver invalidates mixed ("flying") pixels.
+    - ``edge_jump_m``: pixels within ``edge_band_sensor_px`` of a depth discontinuity
+      larger than this become invalid, as the Kinect driver invalidates mixed ("flying")
+      pixels.
     Azure Kinect's spec: random error std <= 17 mm, systematic < 11 mm + 0.1 % z.
+
+    The band is a property of the depth sensor, so it is set in pixels of a
+    ``sensor_width_px``-wide depth image and scaled to the rendered width: the share of
+    an object it takes does not depend on the render resolution. A band narrower than a
+    rendered pixel invalidates that pixel with the covered fraction as probability, as
+    sampling one sensor pixel inside it would. Dropouts are per pixel, which needs no
+    scaling. The jump test compares neighbouring rendered pixels, so a coarse render
+    also flags surfaces seen at a grazing angle (the floor far behind the table).
     """
 
     sigma_base_m: float = 0.001
     sigma_per_m2: float = 0.0015
     dropout_prob: float = 0.005
     edge_jump_m: float = 0.03
+    edge_band_sensor_px: float = 1.0
+    #: Azure Kinect narrow-field unbinned depth: 640x576.
+    sensor_width_px: int = 640
+
+    def edge_band_px(self, image_width_px: int) -> float:
+        """Invalid band on each side of a depth jump, in pixels of the rendered image."""
+        return self.edge_band_sensor_px * image_width_px / self.sensor_width_px
 
     def apply(self, depth_m: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Noisy copy of ``depth_m`` (float32, invalid = 0)."""
@@ -75,18 +90,39 @@ class DepthNoise:
         sigma = self.sigma_base_m + self.sigma_per_m2 * z * z
         z += (rng.standard_normal(z.shape, dtype=np.float32) * sigma).astype(np.float32)
         if self.edge_jump_m > 0.0:
-            edge = np.zeros(z.shape, dtype=bool)
-            dv = np.abs(np.diff(depth_m, axis=0)) > self.edge_jump_m
-            du = np.abs(np.diff(depth_m, axis=1)) > self.edge_jump_m
-            edge[:-1] |= dv
-            edge[1:] |= dv
-            edge[:, :-1] |= du
-            edge[:, 1:] |= du
-            valid &= ~edge
+            valid &= ~self._edge_band(depth_m, rng)
         if self.dropout_prob > 0.0:
             valid &= rng.random(z.shape) >= self.dropout_prob
         z[~valid] = 0.0
         return z
+
+    def _edge_band(self, depth_m: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Pixels invalidated next to depth jumps: whole rings, then a partial one."""
+        adjacent = np.zeros(depth_m.shape, dtype=bool)
+        dv = np.abs(np.diff(depth_m, axis=0)) > self.edge_jump_m
+        du = np.abs(np.diff(depth_m, axis=1)) > self.edge_jump_m
+        adjacent[:-1] |= dv
+        adjacent[1:] |= dv
+        adjacent[:, :-1] |= du
+        adjacent[:, 1:] |= du
+        band_px = self.edge_band_px(depth_m.shape[1])
+        whole_rings = int(np.floor(band_px))
+        partial = band_px - whole_rings
+        band = _grow(adjacent, whole_rings - 1) if whole_rings else np.zeros_like(adjacent)
+        if partial > 0.0:
+            ring = _grow(adjacent, whole_rings) & ~band
+            band |= ring & (rng.random(depth_m.shape) < partial)
+        return band
+
+
+_CROSS = cv2.getStructuringElement(cv2.MORPH_CROSS, (3, 3))
+
+
+def _grow(mask: np.ndarray, rings: int) -> np.ndarray:
+    """``mask`` with ``rings`` 4-connected pixel rings added around it."""
+    if rings <= 0:
+        return mask.copy()
+    return cv2.dilate(mask.view(np.uint8), _CROSS, iterations=rings).astype(bool)
 
 
 def optical_rotation_to_mujoco_quat(rotation_optical: np.ndarray) -> np.ndarray:

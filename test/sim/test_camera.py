@@ -173,8 +173,7 @@ def test_render_produces_kinect_encodings(scene, camera):
 
 
 def test_depth_noise_is_off_by_default_and_seeded(scene):
-    # at the Kinect's depth pixel pitch, where DepthNoise's dropout share is calibrated;
-    # coarser images lose more to the one-pixel edge band (docs/lightdp.md)
+    # at the Kinect's depth pixel pitch, where DepthNoise's magnitudes are set
     with KinectCamera(scene.model, *FINE_RESOLUTION) as clean:
         z0 = clean.render_arrays(scene.data).depth_m
         z0_again = clean.render_arrays(scene.data).depth_m
@@ -192,6 +191,44 @@ def test_depth_noise_is_off_by_default_and_seeded(scene):
     assert 0.001 < np.std(z[both] - z0[both]) < 0.01
     dropped = np.mean((z == 0) & (z0 > 0))
     assert noise.dropout_prob <= dropped < 0.05
+
+
+def test_depth_noise_edge_band_is_one_sensor_pixel_at_any_resolution():
+    """Each side of a depth step: one sensor pixel is one pixel at 640 px wide, two at
+    1280 and half of one (each adjacent pixel with probability 0.5) at 320."""
+    edges_only = DepthNoise(sigma_base_m=0.0, sigma_per_m2=0.0, dropout_prob=0.0)
+    for width, whole_columns, partial_columns in ((640, 1, 0), (1280, 2, 0), (320, 0, 1)):
+        step = np.full((200, width), 1.0, dtype=np.float32)
+        step[:, width // 2:] = 1.5
+        invalid = edges_only.apply(step, np.random.default_rng(0)) == 0.0
+        half = width // 2
+        near = np.r_[half - whole_columns - partial_columns:half + whole_columns
+                     + partial_columns]
+        assert not np.delete(invalid, near, axis=1).any()
+        band = invalid[:, near]
+        if partial_columns:
+            assert 0.4 < band.mean() < 0.6
+        else:
+            assert band.all()
+
+
+def test_depth_noise_takes_the_same_share_of_objects_at_any_resolution(scene):
+    """The edge band follows the sensor, not the render: the objects lose about the same
+    share of their pixels at 320x180, 640x360 and 1280x720."""
+    scene.reset(seed=5)
+    objects = {scene.model.geom(name).id for name in scene.object_names}
+    edges_only = DepthNoise(sigma_base_m=0.0, sigma_per_m2=0.0, dropout_prob=0.0)
+    shares = {}
+    for resolution in (DEFAULT_RESOLUTION, FINE_RESOLUTION, HD_RESOLUTION):
+        with KinectCamera(scene.model, *resolution) as cam:
+            z = cam.render_arrays(scene.data).depth_m
+            on_object = np.isin(cam.render_segmentation(scene.data), list(objects))
+        invalid = edges_only.apply(z, np.random.default_rng(0)) == 0.0
+        shares[resolution] = invalid[on_object].mean()
+    fine = shares[FINE_RESOLUTION]
+    assert 0.05 < fine < 0.3
+    for resolution in (DEFAULT_RESOLUTION, HD_RESOLUTION):
+        assert 0.75 * fine < shares[resolution] < 1.25 * fine, shares
 
 
 def test_depth_noise_does_not_lift_the_table_into_the_shipped_workspace(scene, camera):
