@@ -193,14 +193,17 @@ def test_depth_noise_is_off_by_default_and_seeded(scene):
     assert noise.dropout_prob <= dropped < 0.05
 
 
+#: Only the edge band: no range noise, no dropouts.
+EDGES_ONLY = DepthNoise(sigma_base_m=0.0, sigma_per_m2=0.0, dropout_prob=0.0)
+
+
 def test_depth_noise_edge_band_is_one_sensor_pixel_at_any_resolution():
     """Each side of a depth step: one sensor pixel is one pixel at 640 px wide, two at
     1280 and half of one (each adjacent pixel with probability 0.5) at 320."""
-    edges_only = DepthNoise(sigma_base_m=0.0, sigma_per_m2=0.0, dropout_prob=0.0)
     for width, whole_columns, partial_columns in ((640, 1, 0), (1280, 2, 0), (320, 0, 1)):
         step = np.full((200, width), 1.0, dtype=np.float32)
         step[:, width // 2:] = 1.5
-        invalid = edges_only.apply(step, np.random.default_rng(0)) == 0.0
+        invalid = EDGES_ONLY.apply(step, np.random.default_rng(0)) == 0.0
         half = width // 2
         near = np.r_[half - whole_columns - partial_columns:half + whole_columns
                      + partial_columns]
@@ -217,13 +220,12 @@ def test_depth_noise_takes_the_same_share_of_objects_at_any_resolution(scene):
     share of their pixels at 320x180, 640x360 and 1280x720."""
     scene.reset(seed=5)
     objects = {scene.model.geom(name).id for name in scene.object_names}
-    edges_only = DepthNoise(sigma_base_m=0.0, sigma_per_m2=0.0, dropout_prob=0.0)
     shares = {}
     for resolution in (DEFAULT_RESOLUTION, FINE_RESOLUTION, HD_RESOLUTION):
         with KinectCamera(scene.model, *resolution) as cam:
             z = cam.render_arrays(scene.data).depth_m
             on_object = np.isin(cam.render_segmentation(scene.data), list(objects))
-        invalid = edges_only.apply(z, np.random.default_rng(0)) == 0.0
+        invalid = EDGES_ONLY.apply(z, np.random.default_rng(0)) == 0.0
         shares[resolution] = invalid[on_object].mean()
     fine = shares[FINE_RESOLUTION]
     assert 0.05 < fine < 0.3
