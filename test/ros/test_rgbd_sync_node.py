@@ -77,6 +77,24 @@ class KinectFeed:
             self.publish("depth", depth or self.depth, depth_ns)
 
 
+def settled_sync_counters(ros, diags: list, keys: tuple[str, ...]) -> dict[str, int]:
+    """rgbd_sync_node's counters (totals and drops) once it has taken in everything sent:
+    two diagnostics received from now on (period 0.2 s) with the same ``keys``."""
+    n_before = len(diags)
+
+    def fresh():
+        return [{kv.key: kv.value for kv in status.values} for arr in diags[n_before:]
+                for status in arr.status if status.name.startswith("rgbd_sync_node")]
+
+    def settled():
+        seen = fresh()
+        return len(seen) >= 2 and all(seen[-1].get(k) == seen[-2].get(k) for k in keys)
+
+    ros.spin_until(settled, 15.0, "settled rgbd_sync_node diagnostics")
+    return {k: int(v) for k, v in fresh()[-1].items()
+            if k.endswith("_total") or k.startswith("drops_")}
+
+
 @pytest.fixture
 def sync_node(start_node):
     # Every pair becomes an observation here (the shipped config keeps 10 a second):
@@ -110,23 +128,8 @@ def test_sync_node_pairs_kinect_stream_and_survives_bad_input(ros, sync_node):
     t_warm = feed.warm_up(clouds, 900_000_000_000, sync_node.log)
 
     def settled_counters() -> dict[str, int]:
-        """The node's counters once it has taken in everything sent: two consecutive
-        diagnostics (period 0.2 s) with the same input totals."""
-        n_before = len(diags)
-
-        def fresh():
-            return [{kv.key: kv.value for kv in status.values} for arr in diags[n_before:]
-                    for status in arr.status if status.name.startswith("rgbd_sync_node")]
-
-        def settled():
-            seen = fresh()
-            keys = ("rgb_frames_total", "depth_frames_total", "observations_total")
-            return len(seen) >= 2 and all(seen[-1].get(k) == seen[-2].get(k) for k in keys)
-
-        ros.spin_until(settled, 15.0, "settled rgbd_sync_node diagnostics")
-        seen = fresh()
-        return {k: int(v) for k, v in seen[-1].items()
-                if k.endswith("_total") or k.startswith("drops_")}
+        return settled_sync_counters(ros, diags, ("rgb_frames_total", "depth_frames_total",
+                                                  "observations_total"))
 
     before = settled_counters()
     # 45 frames at 30 Hz with stamp jitter; depth of frames 10 and 25 lost, RGB of frame 30
@@ -336,35 +339,28 @@ def test_shipped_config_makes_observations_at_the_policy_rate_on_the_frames_stam
                 for arr in diags for status in arr.status
                 if status.name.startswith("rgbd_sync_node")]
 
-    def settled():  # two diagnostics in a row with the same counts: nothing in flight
-        seen = counters()
-        keys = ("pairs_total", "observations_total", "pairs_skipped_total")
-        return len(seen) >= 2 and all(seen[-1][k] == seen[-2][k] for k in keys)
-
+    # Nothing in flight: two fresh diagnostics in a row with the same pair counts.
+    pair_keys = ("pairs_total", "observations_total", "pairs_skipped_total")
     feed.warm_up(clouds, 500_000_000_000, node.log)
-    ros.spin_until(settled, 15.0, "settled rgbd_sync_node diagnostics after the warm-up")
-    start = counters()[-1]
+    start = settled_sync_counters(ros, diags, pair_keys)
     first = clouds[-1]
     sent = [first + (i + 1) * PERIOD_NS for i in range(60)]
     for s in sent:
         feed.frame(s, s)
         ros.spin_for(1 / 30)
-    n_diags = len(diags)
-    ros.spin_until(lambda: len(diags) > n_diags and settled(), 15.0,
-                   "settled rgbd_sync_node diagnostics")
+    final = settled_sync_counters(ros, diags, pair_keys)
     made = [s for s in clouds if s > first]
     gaps_ms = np.diff([first, *made]) / 1e6
     # Every third frame when all arrive; a frame lost to a busy machine moves the phase
     # but never brings two observations closer than a period less a frame, and never
     # skips more than two pairs in a row (how many pairs arrive is the machine's).
-    stream_pairs = counters()[-1]["pairs_total"] - start["pairs_total"]
+    stream_pairs = final["pairs_total"] - start["pairs_total"]
     report = f"made {made}, {stream_pairs} pairs of {len(sent)} frames\n{node.log()}"
     assert set(made) <= set(sent) and 1 <= len(made) <= 20, report
     assert len(made) >= stream_pairs // 3 - 1, report
     assert gaps_ms.min() > 100 - 1000 / 30 - 1, gaps_ms
     # Every pair is made, skipped or dropped by reason (the warm-up's first pairs may come
     # before camera_info: no_camera_info); the stream's pairs are made or skipped.
-    final = counters()[-1]
     assert final["pairs_skipped_total"] >= len(made) // 2, final
     assert final["observations_total"] + final["pairs_skipped_total"] <= final["pairs_total"]
     # Images go out ahead of their depth for the frames that will be used only: one per
