@@ -3,7 +3,7 @@
 # shipped policy (checkpoints/grasp_unet_cd32, a one-step consistency student) on its
 # static-graph backend. `dpr export --format aotinductor --if-stale --threads 1` compiles
 # the policy's graphs for this machine's CPU and policy_node's one torch thread once
-# (about a minute; skipped while they are current; without a C++ compiler the eager torch
+# (three to four minutes; skipped while they are current; without a C++ compiler the eager torch
 # backend runs instead). `dpr bringup` starts
 # sim_node, rgbd_sync_node, policy_node and pd_tracker_node as processes talking over
 # ROS 2 (on the sim's clock, asking for real time; the sim slows down when the machine

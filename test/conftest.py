@@ -49,14 +49,16 @@ def tiny_aot_student(tmp_path_factory):
     """(checkpoint, graph dir, manifest): a TINY_POLICY one-step consistency student with
     every stage the compiled graph can hold (grounding, K = 3 medoid, chunk smoothing),
     saved and compiled by AOTInductor for one intra-op thread once for the session: the
-    compiler is the slow part (one to two minutes), so the export and policy_node tests
-    share one package."""
+    compiler is the slow part (about a minute), so the export and policy_node tests
+    share one package. Every graph is only frozen: the shipped chunk head's GEMM
+    autotuning would add over two minutes here (test_export checks a package compiled
+    with it on its own)."""
     pytest.importorskip("torch._inductor")
     import torch
 
     from diffusion_policy_ros.policy.checkpoint import load_checkpoint, save_checkpoint
     from diffusion_policy_ros.policy.configuration_diffusion import DiffusionPolicyConfig
-    from diffusion_policy_ros.policy.export import export_aot
+    from diffusion_policy_ros.policy.export import AOT_INDUCTOR_CONFIGS, export_aot
     from diffusion_policy_ros.policy.modeling_diffusion import DiffusionPolicy
     from diffusion_policy_ros.policy.runner import default_graph_dir
 
@@ -73,7 +75,9 @@ def tiny_aot_student(tmp_path_factory):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        manifest = export_aot(policy, out, meta["weights_sha256"])
+        manifest = export_aot(policy, out, meta["weights_sha256"],
+                              inductor_configs={name: {"freezing": True}
+                                                for name in AOT_INDUCTOR_CONFIGS})
     finally:
         torch.set_num_threads(threads)
     return checkpoint, out, manifest

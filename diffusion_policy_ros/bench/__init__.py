@@ -43,6 +43,12 @@ module                 command                          what it measures
                                                         against ``torch.nn.functional.mish``,
                                                         eager and Inductor-compiled: median us,
                                                         speed-up, error to float64
+``aot_graphs``         ``dpr bench aot``                how ``dpr export`` compiles its
+                                                        AOTInductor packages: the PointNet's
+                                                        cell max-pool as scatter_reduce vs masked
+                                                        max-pools, each graph with and without
+                                                        GEMM autotuning: median ms, speed-up,
+                                                        max difference
 ``gae``                ``dpr bench gae``                GAE over a whole rollout at once vs the
                                                         reverse Python loop: median ms, speed-up,
                                                         max difference

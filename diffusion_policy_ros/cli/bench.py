@@ -48,6 +48,9 @@ def add_parser(sub) -> None:
              "success, error, jerk per blend strategy (--episodes N)", "sim_tracking"),
             ("activations", "the policy's one-exp Mish vs torch's, eager and compiled "
              "(median us, speed-up, error)", "activations"),
+            ("aot", "how dpr export compiles its AOTInductor packages: the PointNet "
+             "pooling's form, GEMM autotuning per graph (median ms, speed-up, max "
+             "difference; a few minutes)", "aot_graphs"),
             ("gae", "GAE over a whole rollout at once vs the Python loop (median ms, "
              "speed-up, max difference)", "gae"),
             ("rollouts", "dpr finetune's rollout throughput (env steps/s) for N envs "

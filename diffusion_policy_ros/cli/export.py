@@ -20,7 +20,8 @@ def add_parser(sub) -> None:
     export.add_argument("--format", choices=list(FORMATS), default="onnx",
                         help="onnx (ONNX Runtime) or aotinductor (torch.export + Inductor "
                         "compiled to a shared library for this CPU; needs a C++ compiler, "
-                        "about a minute on 2 cores)")
+                        "three to four minutes on 2 cores, most of it autotuning the chunk "
+                        "head's GEMMs)")
     export.add_argument("--out", help="directory of the graphs (default CHECKPOINT/onnx or "
                         "CHECKPOINT/aot/threads_N)")
     export.add_argument("--steps", type=int, help="sampler steps unrolled in the graph "
@@ -33,8 +34,8 @@ def add_parser(sub) -> None:
     export.add_argument("--check-chunks", type=int, default=20)
     export.add_argument("--if-stale", action="store_true",
                         help="do nothing when the graphs in --out already belong to this "
-                        "checkpoint, step count, K and (aotinductor) this torch, CPU and "
-                        "--threads")
+                        "checkpoint, step count, K and (aotinductor) this torch, CPU, "
+                        "--threads and Inductor options")
     export.add_argument("--threads", type=int, default=1,
                         help="torch intra-op threads; AOTInductor packages are compiled for "
                         "this count and run only at it (policy_node's num_threads, default "
@@ -52,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
     from diffusion_policy_ros.policy.checkpoint import load_checkpoint
     from diffusion_policy_ros.policy.export import (
         MANIFESTS,
+        aot_options_changed,
         compare_backends,
         export_aot,
         export_onnx,
@@ -75,8 +77,10 @@ def run(args: argparse.Namespace) -> int:
                     "chunk_lowpass_terms": c.chunk_lowpass_terms}
         try:
             if backend == "aotinductor":
-                AotInductorBackend(out, metadata.get("weights_sha256"), **settings,
-                                   threads=args.threads)
+                current = AotInductorBackend(out, metadata.get("weights_sha256"), **settings,
+                                             threads=args.threads)
+                if changed := aot_options_changed(current.manifest):
+                    raise BackendError(f"{out} was {changed}")
             else:
                 OnnxRuntimeBackend(out, metadata.get("weights_sha256"), **settings)
         except BackendError as exc:

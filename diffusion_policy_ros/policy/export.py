@@ -30,7 +30,7 @@ import hashlib
 import json
 import platform
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -52,6 +52,18 @@ AOT_CLOUD_PACKAGE = "cloud_encoder.pt2"
 AOT_CHUNK_PACKAGE = "chunk.pt2"
 AOT_PACKAGES = (AOT_IMAGE_PACKAGE, AOT_CLOUD_PACKAGE, AOT_CHUNK_PACKAGE)
 AOT_MANIFEST_FORMAT = "diffusion_policy_ros.aotinductor/2"
+#: Inductor's options per package. Every graph is frozen (weights folded in as
+#: constants). The chunk head's matrix products are small (K x horizon rows at most),
+#: where oneDNN's prepacked linear spends more in its call than in the product: its
+#: GEMMs are autotuned, each timed against Inductor's own C++ micro-kernels, which
+#: costs a minute or two of the export. The encoders' larger products gain nothing
+#: from it (``dpr bench aot`` measures both).
+AOT_INDUCTOR_CONFIGS = {
+    AOT_IMAGE_PACKAGE: {"freezing": True},
+    AOT_CLOUD_PACKAGE: {"freezing": True},
+    AOT_CHUNK_PACKAGE: {"freezing": True, "max_autotune": True,
+                        "max_autotune_gemm_backends": "CPP,ATEN"},
+}
 MANIFESTS = {"onnxruntime": MANIFEST, "aotinductor": AOT_MANIFEST}
 """The manifest file of each static-graph backend's export."""
 
@@ -267,6 +279,15 @@ def cpu_instruction_sets(cpuinfo: str | Path = "/proc/cpuinfo") -> list[str]:
     return []
 
 
+def aot_options_changed(manifest: dict) -> str:
+    """Why packages with this manifest were compiled otherwise than ``export_aot`` would
+    compile them now ('' when they were not): they run, but slower than an export today."""
+    if manifest.get("inductor_configs") != AOT_INDUCTOR_CONFIGS:
+        return (f"compiled with Inductor options {manifest.get('inductor_configs')}, "
+                f"this export uses {AOT_INDUCTOR_CONFIGS}")
+    return ""
+
+
 def aot_platform() -> dict[str, object]:
     """What an AOTInductor package is tied to: the torch build, the CPU architecture and
     the CPU's instruction-set extensions (the packages are compiled for this CPU)."""
@@ -276,13 +297,18 @@ def aot_platform() -> dict[str, object]:
 
 @torch.no_grad()
 def export_aot(policy: DiffusionPolicy, out_dir: str | Path, weights_sha256: str | None,
-               steps: int | None = None, num_samples: int | None = None) -> dict:
+               steps: int | None = None, num_samples: int | None = None,
+               inductor_configs: Mapping[str, dict] | None = None) -> dict:
     """Compile the three graphs ahead of time with Inductor (needs a C++ compiler) into
     ``out_dir``; return the manifest.
 
     The weights are frozen into each package (Inductor's ``freezing``: constants
-    folded, linear weights prepacked), so a package runs exactly one checkpoint.
+    folded, linear weights prepacked), so a package runs exactly one checkpoint; the
+    chunk head's GEMMs are autotuned on this machine. ``inductor_configs`` (per package,
+    default ``AOT_INDUCTOR_CONFIGS``) are recorded in the manifest.
     """
+    configs = {name: dict(options) for name, options in
+               (AOT_INDUCTOR_CONFIGS if inductor_configs is None else inductor_configs).items()}
     if policy.config.sampler != "consistency":
         raise InputError(f"dpr export --format aotinductor compiles consistency students "
                          f"(dpr distill); this checkpoint samples with "
@@ -297,12 +323,15 @@ def export_aot(policy: DiffusionPolicy, out_dir: str | Path, weights_sha256: str
         path = out_dir / name
         path.unlink(missing_ok=True)
         program = torch.export.export(module, args)
-        torch._inductor.aoti_compile_and_package(program, package_path=str(path),
-                                                 inductor_configs={"freezing": True})
+        # Autotuning would print a table per GEMM to stderr.
+        with torch._inductor.config.patch(autotune_num_choices_displayed=0,
+                                          max_autotune_report_choices_stats=False):
+            torch._inductor.aoti_compile_and_package(program, package_path=str(path),
+                                                     inductor_configs=dict(configs[name]))
         packages[name] = file_sha256(path)
     manifest = {"format": AOT_MANIFEST_FORMAT, **graphs.manifest(weights_sha256),
                 **aot_platform(), "threads_at_export": torch.get_num_threads(),
-                "packages_sha256": packages}
+                "inductor_configs": configs, "packages_sha256": packages}
     (out_dir / AOT_MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n",
                                         encoding="utf-8")
     return manifest

@@ -126,9 +126,11 @@ class PointNetEncoder(nn.Module):
         batch = torch.arange(xyz.shape[0], device=xyz.device)[:, None]
         centres = xyz[batch, centres_idx]
         cell = torch.cdist(xyz, centres).argmin(dim=-1)
-        # A static graph (ONNX) records the plain forward, not the autograd Function.
+        # A static graph records the plain forward, not the autograd Function, and as K
+        # masked max-pools: Inductor fuses them into one pass over the features, several
+        # times faster than its scatter_reduce (dpr bench aot).
         local = (masked_cell_max(features, cell, self.num_tokens)
-                 if torch.onnx.is_in_onnx_export()
+                 if torch.onnx.is_in_onnx_export() or torch.compiler.is_exporting()
                  else CellMax.apply(features, cell, self.num_tokens))
         # The cells partition the cloud, so the global max-pool is the max of the cell
         # maxima (and skips a second pass over N x C features and its backward).

@@ -10,10 +10,12 @@ import torch
 
 from diffusion_policy_ros.policy.export import (
     AOT_CHUNK_PACKAGE,
+    AOT_INDUCTOR_CONFIGS,
     AOT_MANIFEST,
     AOT_MANIFEST_FORMAT,
     AOT_PACKAGES,
     MANIFEST,
+    aot_options_changed,
     compare_backends,
     cpu_instruction_sets,
     export_aot,
@@ -122,6 +124,11 @@ def test_aotinductor_matches_torch(aot_export, language):
     policy, out, manifest, sha = aot_export
     assert manifest["format"] == AOT_MANIFEST_FORMAT and manifest["num_samples"] == 3
     assert set(manifest["packages_sha256"]) == set(AOT_PACKAGES)
+    # The Inductor options are recorded (the fixture's are only frozen): dpr export
+    # --if-stale compiles again when they are not today's.
+    assert manifest["inductor_configs"] == {n: {"freezing": True} for n in AOT_PACKAGES}
+    assert "this export uses" in aot_options_changed(manifest)
+    assert aot_options_changed({**manifest, "inductor_configs": AOT_INDUCTOR_CONFIGS}) == ""
     reference = PolicyRunner(policy, device="cpu", language=language)
     candidate = PolicyRunner(policy, device="cpu", language=language, backend="aotinductor",
                              graph_dir=out, weights_sha256=sha, num_threads=1)
@@ -180,6 +187,28 @@ def test_aotinductor_refuses_other_weights_builds_or_damaged_packages(aot_export
     (copy / AOT_MANIFEST).unlink()
     with pytest.raises(BackendError, match="export the checkpoint first"):
         runner(copy)
+
+
+def test_the_chunk_heads_autotuned_gemms_compute_what_torch_does(tmp_path):
+    """The shipped chunk package's options (GEMMs autotuned against Inductor's C++
+    micro-kernels) on a head-sized MLP: K x horizon rows, as in the U-Net."""
+    torch.manual_seed(0)
+    head = torch.nn.Sequential(torch.nn.Linear(80, 32), torch.nn.Mish(),
+                               torch.nn.Linear(32, 7)).eval()
+    x = torch.randn(3, 16, 80)
+    path = tmp_path / "head.pt2"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.no_grad():
+            torch._inductor.aoti_compile_and_package(
+                torch.export.export(head, (x,)), package_path=str(path),
+                inductor_configs=dict(AOT_INDUCTOR_CONFIGS[AOT_CHUNK_PACKAGE]))
+            package = torch._inductor.aoti_load_package(str(path))
+            assert AOT_INDUCTOR_CONFIGS[AOT_CHUNK_PACKAGE]["max_autotune"]
+            assert torch.allclose(package(x), head(x), atol=1e-5)
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_aot_packages_are_looked_up_per_thread_count(tiny_aot_student, language):

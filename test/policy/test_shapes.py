@@ -98,6 +98,20 @@ def test_point_tokens_pool_voronoi_cells():
     assert torch.allclose(tokens[:, 0], tokens[:, 1:].amax(dim=1))
 
 
+def test_exported_point_encoder_pools_with_masked_max_pools_and_the_same_numbers():
+    """torch.export records the K masked max-pools (what Inductor fuses into one pass),
+    not the training path's scatter_reduce, and they give the same tokens."""
+    g = torch.Generator().manual_seed(2)
+    xyz, rgb = torch.rand(1, 200, 3, generator=g), torch.rand(1, 200, 3, generator=g)
+    enc = PointNetEncoder(32, num_tokens=4, use_rgb=True).eval()
+    with torch.no_grad():
+        program = torch.export.export(enc, (xyz, rgb))
+        targets = {str(node.target) for node in program.graph.nodes}
+        assert not any("scatter_reduce" in t for t in targets)
+        for got, want in zip(program.module()(xyz, rgb), enc(xyz, rgb), strict=True):
+            assert torch.equal(got, want)
+
+
 def test_language_film_starts_as_the_plain_encoder_and_then_depends_on_the_instruction():
     g = torch.Generator().manual_seed(1)
     xyz, rgb = torch.rand(3, 64, 3, generator=g), torch.rand(3, 64, 3, generator=g)
