@@ -51,8 +51,8 @@ def tiny_aot_student(tmp_path_factory):
     saved and compiled by AOTInductor for one intra-op thread once for the session: the
     compiler is the slow part (about a minute), so the export and policy_node tests
     share one package. Every graph is only frozen: the shipped chunk head's GEMM
-    autotuning would add over two minutes here (test_export checks a package compiled
-    with it on its own)."""
+    autotuning would make this compile several times longer (test_export checks a
+    layer compiled with it on its own)."""
     pytest.importorskip("torch._inductor")
     import torch
 

@@ -63,17 +63,20 @@ def _max_difference(a, b) -> float:
                                                            strict=True))
 
 
-def pooling_row(repeats: int, cells: int = 8) -> dict:
+def pooling_row(repeats: int, cells: int = 8, compiled: bool = True) -> dict:
+    """Both pooling forms timed, Inductor-compiled (``compiled``) or eager."""
     g = torch.Generator().manual_seed(0)
     features = torch.rand((1, 1024, 256), generator=g)
     cell = torch.randint(0, cells, (1, 1024), generator=g)
     forms = {"scatter_reduce": pointnet.cell_max, "masked": pointnet.masked_cell_max}
     with torch.inference_mode():
-        compiled = {name: torch.compile(fn, dynamic=False) for name, fn in forms.items()}
-        results = {name: fn(features, cell, cells) for name, fn in compiled.items()}
+        if compiled:
+            forms = {name: torch.compile(fn, dynamic=False) for name, fn in forms.items()}
+        results = {name: fn(features, cell, cells) for name, fn in forms.items()}
         ms = interleaved_ms({name: (lambda fn=fn: fn(features, cell, cells))
-                             for name, fn in compiled.items()}, repeats)
-    return {"what": "PointNet cell max-pool 1x1024x256, 8 cells (Inductor)",
+                             for name, fn in forms.items()}, repeats)
+    mode = "Inductor" if compiled else "eager"
+    return {"what": f"PointNet cell max-pool 1x1024x256, 8 cells ({mode})",
             "baseline": "scatter_reduce", "baseline_ms": ms["scatter_reduce"],
             "candidate": "masked", "candidate_ms": ms["masked"],
             "speedup": ms["scatter_reduce"] / ms["masked"],

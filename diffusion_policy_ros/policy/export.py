@@ -56,7 +56,7 @@ AOT_MANIFEST_FORMAT = "diffusion_policy_ros.aotinductor/2"
 #: constants). The chunk head's matrix products are small (K x horizon rows at most),
 #: where oneDNN's prepacked linear spends more in its call than in the product: its
 #: GEMMs are autotuned, each timed against Inductor's own C++ micro-kernels, which
-#: costs a minute or two of the export. The encoders' larger products gain nothing
+#: makes the export several times longer. The encoders' larger products gain nothing
 #: from it (``dpr bench aot`` measures both).
 AOT_INDUCTOR_CONFIGS = {
     AOT_IMAGE_PACKAGE: {"freezing": True},
