@@ -58,7 +58,7 @@ def tiny_aot_student(tmp_path_factory):
 
     from diffusion_policy_ros.policy.checkpoint import load_checkpoint, save_checkpoint
     from diffusion_policy_ros.policy.configuration_diffusion import DiffusionPolicyConfig
-    from diffusion_policy_ros.policy.export import AOT_INDUCTOR_CONFIGS, export_aot
+    from diffusion_policy_ros.policy.export import AOT_FROZEN, AOT_INDUCTOR_CONFIGS, export_aot
     from diffusion_policy_ros.policy.modeling_diffusion import DiffusionPolicy
     from diffusion_policy_ros.policy.runner import default_graph_dir
 
@@ -76,8 +76,7 @@ def tiny_aot_student(tmp_path_factory):
     torch.set_num_threads(1)
     try:
         manifest = export_aot(policy, out, meta["weights_sha256"],
-                              inductor_configs={name: {"freezing": True}
-                                                for name in AOT_INDUCTOR_CONFIGS})
+                              inductor_configs=dict.fromkeys(AOT_INDUCTOR_CONFIGS, AOT_FROZEN))
     finally:
         torch.set_num_threads(threads)
     return checkpoint, out, manifest

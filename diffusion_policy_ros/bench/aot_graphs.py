@@ -30,14 +30,15 @@ from diffusion_policy_ros.policy import pointnet
 from diffusion_policy_ros.policy.export import (
     AOT_CHUNK_PACKAGE,
     AOT_CLOUD_PACKAGE,
+    AOT_FROZEN,
+    AOT_FROZEN_AUTOTUNED,
     AOT_IMAGE_PACKAGE,
     AOT_INDUCTOR_CONFIGS,
     ExportGraphs,
+    compile_aot_package,
 )
 
 GRAPHS = {"image": AOT_IMAGE_PACKAGE, "cloud": AOT_CLOUD_PACKAGE, "chunk": AOT_CHUNK_PACKAGE}
-FREEZING = {"freezing": True}
-AUTOTUNED = {"freezing": True, "max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN"}
 
 
 def interleaved_ms(calls: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
@@ -97,23 +98,20 @@ def graph_rows(checkpoint: str, graphs: Sequence[str], repeats: int) -> list[dic
             module, args = modules[name]
             program = torch.export.export(module, args)
             packages = {}
-            for label, options in (("freezing", FREEZING), ("autotuned", AUTOTUNED)):
+            for label, options in (("freezing", AOT_FROZEN), ("autotuned", AOT_FROZEN_AUTOTUNED)):
                 path = Path(tmp) / f"{name}_{label}.pt2"
-                with torch._inductor.config.patch(autotune_num_choices_displayed=0,
-                                                  max_autotune_report_choices_stats=False):
-                    torch._inductor.aoti_compile_and_package(program, package_path=str(path),
-                                                             inductor_configs=dict(options))
+                compile_aot_package(program, path, options)
                 packages[label] = torch._inductor.aoti_load_package(str(path))
             ms = interleaved_ms({label: (lambda p=p, a=args: p(*a))
                                  for label, p in packages.items()}, repeats)
-            shipped = AOT_INDUCTOR_CONFIGS[GRAPHS[name]]
             rows.append({"what": f"{name} graph ({GRAPHS[name]})",
                          "baseline": "freezing", "baseline_ms": ms["freezing"],
                          "candidate": "freezing + GEMM autotune", "candidate_ms": ms["autotuned"],
                          "speedup": ms["freezing"] / ms["autotuned"],
                          "max_abs_diff": _max_difference(packages["freezing"](*args),
                                                          packages["autotuned"](*args)),
-                         "shipped": "freezing + GEMM autotune" if shipped.get("max_autotune")
+                         "shipped": "freezing + GEMM autotune"
+                         if AOT_INDUCTOR_CONFIGS[GRAPHS[name]] == AOT_FROZEN_AUTOTUNED
                          else "freezing"})
     return rows
 

@@ -58,12 +58,11 @@ AOT_MANIFEST_FORMAT = "diffusion_policy_ros.aotinductor/2"
 #: GEMMs are autotuned, each timed against Inductor's own C++ micro-kernels, which
 #: makes the export several times longer. The encoders' larger products gain nothing
 #: from it (``dpr bench aot`` measures both).
-AOT_INDUCTOR_CONFIGS = {
-    AOT_IMAGE_PACKAGE: {"freezing": True},
-    AOT_CLOUD_PACKAGE: {"freezing": True},
-    AOT_CHUNK_PACKAGE: {"freezing": True, "max_autotune": True,
-                        "max_autotune_gemm_backends": "CPP,ATEN"},
-}
+AOT_FROZEN = {"freezing": True}
+AOT_FROZEN_AUTOTUNED = {**AOT_FROZEN, "max_autotune": True,
+                        "max_autotune_gemm_backends": "CPP,ATEN"}
+AOT_INDUCTOR_CONFIGS = {AOT_IMAGE_PACKAGE: AOT_FROZEN, AOT_CLOUD_PACKAGE: AOT_FROZEN,
+                        AOT_CHUNK_PACKAGE: AOT_FROZEN_AUTOTUNED}
 MANIFESTS = {"onnxruntime": MANIFEST, "aotinductor": AOT_MANIFEST}
 """The manifest file of each static-graph backend's export."""
 
@@ -295,6 +294,17 @@ def aot_platform() -> dict[str, object]:
             "cpu_instruction_sets": cpu_instruction_sets()}
 
 
+def compile_aot_package(program: torch.export.ExportedProgram, path: Path,
+                        options: Mapping[str, object]) -> None:
+    """Compile ``program`` into the AOTInductor package ``path`` with Inductor ``options``.
+    The compiler is handed a copy (it adds keys of its own to the dict it gets), and
+    autotuning's table per GEMM is kept off stderr."""
+    with torch._inductor.config.patch(autotune_num_choices_displayed=0,
+                                      max_autotune_report_choices_stats=False):
+        torch._inductor.aoti_compile_and_package(program, package_path=str(path),
+                                                 inductor_configs=dict(options))
+
+
 @torch.no_grad()
 def export_aot(policy: DiffusionPolicy, out_dir: str | Path, weights_sha256: str | None,
                steps: int | None = None, num_samples: int | None = None,
@@ -322,12 +332,7 @@ def export_aot(policy: DiffusionPolicy, out_dir: str | Path, weights_sha256: str
                                (AOT_CHUNK_PACKAGE, graphs.head, graphs.chunk_args)):
         path = out_dir / name
         path.unlink(missing_ok=True)
-        program = torch.export.export(module, args)
-        # Autotuning would print a table per GEMM to stderr.
-        with torch._inductor.config.patch(autotune_num_choices_displayed=0,
-                                          max_autotune_report_choices_stats=False):
-            torch._inductor.aoti_compile_and_package(program, package_path=str(path),
-                                                     inductor_configs=dict(configs[name]))
+        compile_aot_package(torch.export.export(module, args), path, configs[name])
         packages[name] = file_sha256(path)
     manifest = {"format": AOT_MANIFEST_FORMAT, **graphs.manifest(weights_sha256),
                 **aot_platform(), "threads_at_export": torch.get_num_threads(),

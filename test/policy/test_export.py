@@ -17,6 +17,7 @@ from diffusion_policy_ros.policy.export import (
     MANIFEST,
     aot_options_changed,
     compare_backends,
+    compile_aot_package,
     cpu_instruction_sets,
     export_aot,
     export_onnx,
@@ -200,9 +201,8 @@ def test_the_chunk_heads_autotuned_gemms_compute_what_torch_does(tmp_path):
     torch.set_num_threads(1)
     try:
         with torch.no_grad():
-            torch._inductor.aoti_compile_and_package(
-                torch.export.export(head, (x,)), package_path=str(path),
-                inductor_configs=dict(AOT_INDUCTOR_CONFIGS[AOT_CHUNK_PACKAGE]))
+            compile_aot_package(torch.export.export(head, (x,)), path,
+                                AOT_INDUCTOR_CONFIGS[AOT_CHUNK_PACKAGE])
             package = torch._inductor.aoti_load_package(str(path))
             assert AOT_INDUCTOR_CONFIGS[AOT_CHUNK_PACKAGE]["max_autotune"]
             assert torch.allclose(package(x), head(x), atol=1e-5)
