@@ -50,6 +50,9 @@ class RejectReason(enum.Enum):
     than new observations arrive. Nothing new to execute; not an error."""
     NOT_NEWER = "not_newer"
     NO_FUTURE_POINTS = "no_future_points"
+    OUT_OF_LIMITS = "out_of_limits"
+    """A point leaves the joint limits (or the gripper's range) by more than the
+    tolerance: the whole chunk is refused, as a trajectory controller refuses it."""
     STATE_UNAVAILABLE = "state_unavailable"
     BEFORE_PATH_ABORT = "before_path_abort"
 
@@ -138,3 +141,23 @@ def validate_chunk(chunk: ActionChunk, now_s: float, joint_names: Sequence[str],
         arm=tuple(tuple(row[c] for c in columns) for row in rows),
         gripper=tuple(row[g] for row in rows),
     )
+
+
+def check_chunk_limits(valid: ValidChunk, joint_names: Sequence[str], lower: Sequence[float],
+                       upper: Sequence[float], tolerance_rad: float, gripper_min_m: float,
+                       gripper_max_m: float, gripper_tolerance_m: float) -> None:
+    """Raise ``ChunkRejected(OUT_OF_LIMITS)`` naming the first point and joint that lies
+    more than the tolerance outside its limits."""
+    for k, row in enumerate(valid.arm):
+        for name, x, lo, hi in zip(joint_names, row, lower, upper, strict=True):
+            if x < lo - tolerance_rad or x > hi + tolerance_rad:
+                raise ChunkRejected(
+                    RejectReason.OUT_OF_LIMITS,
+                    f"point {k}: {name} = {x:.4g} rad is outside its limits [{lo:.4g}, "
+                    f"{hi:.4g}] (chunk_limit_tolerance {tolerance_rad:g} rad)")
+    for k, g in enumerate(valid.gripper):
+        if g < gripper_min_m - gripper_tolerance_m or g > gripper_max_m + gripper_tolerance_m:
+            raise ChunkRejected(
+                RejectReason.OUT_OF_LIMITS,
+                f"point {k}: gripper opening {g:.4g} m is outside [{gripper_min_m:g}, "
+                f"{gripper_max_m:g}] (gripper_limit_tolerance {gripper_tolerance_m:g} m)")

@@ -191,6 +191,72 @@ class ReferenceLimiter:
         return at_rest
 
 
+class MeasuredStateLimits:
+    """Effort bounds from the *measured* joint state: the arm itself, not only its
+    reference, stays under its velocity limits and inside its position limits.
+
+    A limited reference does not bound the arm: an arm that lags a reference it cannot
+    follow (efforts saturated, a far step) builds a position error that the PD law then
+    closes faster than the reference moved, and can coast past a limit the reference
+    stopped short of. The bounds follow the soft-limit law of ros2_control's
+    ``joint_limits`` for effort interfaces: a velocity bound per joint and direction,
+    and an effort that may only push the measured speed towards it,
+    ``kd (v_bound - qd)``. With the PD law's own ``kd`` this is the PD law written as
+    ``kd (v_cmd - qd)``, ``v_cmd = qd_ref + kp / kd (q_ref - q)``, with ``v_cmd``
+    clamped to the bounds: no new gain to tune, and no effect while the arm tracks
+    (``v_cmd`` within the bounds). Unlike ros2_control's linear position gain, the
+    velocity bound in front of a position limit is the speed that can still brake
+    within it at the acceleration limit, ``sqrt(2 a d)``; beyond the limit it points
+    back inside.
+    """
+
+    __slots__ = ("lower", "upper", "vmax", "two_a", "kd", "n")
+
+    def __init__(self, lower: Sequence[float], upper: Sequence[float],
+                 velocity_limits: Sequence[float], acceleration_limits: Sequence[float],
+                 kd: Sequence[float]):
+        self.n = len(lower)
+        self.lower = [float(x) for x in lower]
+        self.upper = [float(x) for x in upper]
+        self.vmax = [float(x) for x in velocity_limits]
+        self.two_a = [2.0 * float(a) for a in acceleration_limits]
+        self.kd = [float(k) for k in kd]
+
+    def velocity_bounds(self, j: int, q: float) -> tuple[float, float]:
+        """Lowest and highest speed of joint ``j`` at position ``q`` (rad/s)."""
+        vm, two_a = self.vmax[j], self.two_a[j]
+        room_up = self.upper[j] - q
+        room_down = q - self.lower[j]
+        hi = math.sqrt(two_a * room_up) if room_up >= 0.0 else -math.sqrt(-two_a * room_up)
+        lo = -math.sqrt(two_a * room_down) if room_down >= 0.0 else math.sqrt(-two_a * room_down)
+        return max(-vm, lo), min(vm, hi)
+
+    def bound(self, effort: list[float], q: Sequence[float], qd: Sequence[float],
+              effort_limits: Sequence[float],
+              feedforward: Sequence[float] | None = None) -> bool:
+        """Clamp ``effort`` (N m, in place, already within ``+-effort_limits``) to what
+        keeps the measured state in bounds; True when any joint was clamped.
+
+        ``feedforward`` (the part of ``effort`` that compensates gravity or the
+        reference's acceleration) passes: only the feedback may not push past a bound.
+        """
+        clamped = False
+        for j in range(self.n):
+            lo, hi = self.velocity_bounds(j, q[j])
+            lim = effort_limits[j]
+            ff = feedforward[j] if feedforward is not None else 0.0
+            e = effort[j]
+            e_hi = min(lim, max(-lim, self.kd[j] * (hi - qd[j]) + ff))
+            if e > e_hi:
+                effort[j] = e = e_hi
+                clamped = True
+            e_lo = min(lim, max(-lim, self.kd[j] * (lo - qd[j]) + ff))
+            if e < e_lo:
+                effort[j] = e_lo
+                clamped = True
+        return clamped
+
+
 class GripperRateLimiter:
     """Gripper opening clamped to ``[min, max]`` and moved at most ``rate * dt`` per step."""
 

@@ -48,7 +48,11 @@ import math
 from collections.abc import Sequence
 
 from diffusion_policy_ros.control.chunk import ActionChunk, ChunkRejected, RejectReason
-from diffusion_policy_ros.control.limits import GripperRateLimiter, ReferenceLimiter
+from diffusion_policy_ros.control.limits import (
+    GripperRateLimiter,
+    MeasuredStateLimits,
+    ReferenceLimiter,
+)
 from diffusion_policy_ros.control.pd import pd_effort
 from diffusion_policy_ros.control.timeline import (
     ActionChunkTimeline,
@@ -99,10 +103,13 @@ class PdTracker:
         self.config = config
         self.timeline = ActionChunkTimeline(config)
         self.limiter = ReferenceLimiter(config.reference_lower(), config.reference_upper(),
-                                        config.velocity_limits, config.acceleration_limits,
-                                        config.braking_fraction)
+                                        config.reference_velocity_limits(),
+                                        config.acceleration_limits, config.braking_fraction)
         self.gripper = GripperRateLimiter(config.gripper_min, config.gripper_max,
                                           config.gripper_rate)
+        self.state_limits = MeasuredStateLimits(config.position_lower, config.position_upper,
+                                                config.reference_velocity_limits(),
+                                                config.acceleration_limits, config.kd)
         self.n = config.num_joints
         self._kp = [float(x) for x in config.kp]
         self._kd = [float(x) for x in config.kd]
@@ -121,9 +128,11 @@ class PdTracker:
         self.holds = 0
         self.resyncs = 0
         self.path_aborts = 0
+        self.position_jumps = 0
         self._path_abort_s = -math.inf
         self.effort_saturated_ticks = 0
         self.reference_limited_ticks = 0
+        self.state_limited_ticks = 0
         self.late_state_ticks = 0
         self.overspeed_stops = 0
         self._braking = False
@@ -187,11 +196,14 @@ class PdTracker:
             elif dt > self._max_step_s:
                 dt = self._max_step_s
         self._last_tick_s = now_s
+        previous_q = self._q
         self._q, self._qd = q, qd
         if self.gripper.opening is None and gripper_opening_m is not None:
             self.gripper.reset(gripper_opening_m)
         tol = self.config.path_tolerance
         if tol > 0.0 and any(abs(a - b) > tol for a, b in zip(q, lim.position, strict=True)):
+            if self._jumped(q, previous_q, dt):
+                self.position_jumps += 1
             self.timeline.clear()
             self._restart(q, qd, gripper_opening_m, reseed_gripper=True)
             self.path_aborts += 1
@@ -222,6 +234,8 @@ class PdTracker:
         else:
             effort, saturated = pd_effort(lim.position, lim.velocity, q, qd, self._kp,
                                           self._kd, self._effort_limits, ff)
+            if self.state_limits.bound(effort, q, qd, self._effort_limits, ff):
+                self.state_limited_ticks += 1
         self.ticks += 1
         if saturated:
             self.effort_saturated_ticks += 1
@@ -254,6 +268,14 @@ class PdTracker:
                               f"(overspeed_factor x velocity_limits)")
                 return True
         return False
+
+    def _jumped(self, q: list[float], previous_q: list[float] | None, dt: float) -> bool:
+        """The measured arm moved farther since the last tick than it can at its
+        unsafe speed: it was put there (a simulator reset), not pushed or blocked."""
+        if previous_q is None:
+            return False
+        reach = [max(self.config.path_tolerance, s * dt) for s in self._speed_limits]
+        return any(abs(a - b) > r for a, b, r in zip(q, previous_q, reach, strict=True))
 
     def _damping(self, q: list[float], qd: list[float]) -> list[float]:
         """-kd qd, saturated: the PD law with the reference at the arm, at rest."""
@@ -328,8 +350,10 @@ class PdTracker:
             "holds": self.holds,
             "resyncs": self.resyncs,
             "path_aborts": self.path_aborts,
+            "position_jumps": self.position_jumps,
             "effort_saturated_ticks": self.effort_saturated_ticks,
             "reference_limited_ticks": self.reference_limited_ticks,
+            "state_limited_ticks": self.state_limited_ticks,
             "late_state_ticks": self.late_state_ticks,
             "overspeed_stops": self.overspeed_stops,
             "blend_depth": tl.active.depth if tl.active is not None else 0,

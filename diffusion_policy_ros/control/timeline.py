@@ -54,6 +54,7 @@ from diffusion_policy_ros.control.chunk import (
     ChunkRejected,
     RejectReason,
     ValidChunk,
+    check_chunk_limits,
     validate_chunk,
 )
 from diffusion_policy_ros.control.tracker_config import PdTrackerConfig
@@ -124,6 +125,9 @@ class ActionChunkTimeline:
         c = self.config
         valid = validate_chunk(chunk, now_s, c.joint_names, c.gripper_joint,
                                c.max_chunk_age_s, c.future_tolerance_s)
+        check_chunk_limits(valid, c.joint_names, c.position_lower, c.position_upper,
+                           c.chunk_limit_tolerance, c.gripper_min, c.gripper_max,
+                           c.gripper_limit_tolerance)
         if valid.stamp_s == self.last_stamp_s:
             raise ChunkRejected(RejectReason.SAME_STAMP,
                                 f"stamp {valid.stamp_s:.6f} is the current chunk's: planned "

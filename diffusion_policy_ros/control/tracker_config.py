@@ -66,8 +66,14 @@ class PdTrackerConfig:
                                  "Upper joint limits (rad)", low=-100.0, high=100.0)
     position_margin: float = param(0.05, "The reference stays this far inside the joint "
                                    "limits (rad)", low=0.0, high=1.0)
-    velocity_limits: list = param([math.pi] * 6, "Reference speed limit per joint (rad/s)",
+    velocity_limits: list = param([math.pi] * 6, "The arm's speed limit per joint (rad/s): "
+                                  "the measured arm stays under it (see velocity_fraction)",
                                   low=0.01, high=100.0)
+    velocity_fraction: float = param(
+        0.8, "Share of velocity_limits that the reference moves at and that the efforts let "
+        "the measured arm reach; the rest is headroom for tracking overshoot and the "
+        "coupling of joints moving together, so the measured arm stays under "
+        "velocity_limits", low=0.1, high=1.0)
     acceleration_limits: list = param([10.0] * 6, "Reference acceleration limit per joint "
                                       "(rad/s^2)", low=0.01, high=1000.0)
     braking_fraction: float = param(
@@ -80,12 +86,25 @@ class PdTrackerConfig:
                                low=0.0, high=1.0)
     gripper_rate: float = param(0.1, "Gripper opening rate limit (m/s)", low=1.0e-4,
                                 high=10.0)
+    chunk_limit_tolerance: float = param(
+        0.02, "A chunk with an arm point farther than this outside [position_lower, "
+        "position_upper] is rejected whole (out_of_limits), as a trajectory controller "
+        "rejects a trajectory beyond its joint limits; points within it are clamped to the "
+        "reference limits (rad)", low=0.0, high=1.0)
+    gripper_limit_tolerance: float = param(
+        0.005, "A chunk with a gripper opening farther than this outside [gripper_min, "
+        "gripper_max] is rejected whole (out_of_limits) (m)", low=0.0, high=1.0)
     chunk_timeout_s: float = param(
         0.5, "No accepted chunk for this long: decelerate within the limits and hold (s)",
         low=0.01, high=60.0)
     state_timeout_s: float = param(
         0.1, "joint_states older than this: zero effort once, fault until they return (s)",
         low=0.001, high=10.0)
+    state_future_tolerance_s: float = param(
+        0.2, "joint_states stamped further than this ahead of the node's clock are dropped "
+        "and counted (a publisher on another clock); ones stamped before the newest state "
+        "taken are dropped too (control.joint_states says when a restarted publisher is "
+        "followed again) (s)", low=0.0, high=10.0)
     late_state_s: float = param(
         0.01, "joint_states older than this (but within state_timeout_s): feedback on a "
         "stale state is what destabilises a loop closed over a late link, so the tracker "
@@ -165,6 +184,9 @@ class PdTrackerConfig:
         if self.late_state_s and self.late_state_s >= self.state_timeout_s:
             raise ValueError(f"late_state_s ({self.late_state_s}) must be below "
                              f"state_timeout_s ({self.state_timeout_s})")
+
+    def reference_velocity_limits(self) -> list[float]:
+        return [self.velocity_fraction * v for v in self.velocity_limits]
 
     def reference_lower(self) -> list[float]:
         return [lo + self.position_margin for lo in self.position_lower]

@@ -24,7 +24,6 @@ executor, whose wake-up per message cost more CPU than the law.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import math
 import sys
 import threading
@@ -40,6 +39,7 @@ from trajectory_msgs.msg import JointTrajectory
 
 from diffusion_policy_ros.control import ActionChunk, PdTracker, PdTrackerConfig, TrackerMode
 from diffusion_policy_ros.control.chunk import RejectReason
+from diffusion_policy_ros.control.joint_states import JointStateCache, StateDrop
 from diffusion_policy_ros.control.publish_gates import HeldCommandGate, RateGate
 from diffusion_policy_ros.monitoring import RollingStats, ThrottledReasons
 from diffusion_policy_ros.ros.conversions import stamp_to_ns
@@ -66,50 +66,6 @@ def chunk_from_msg(msg: JointTrajectory) -> ActionChunk:
         positions=[list(p.positions) for p in msg.points])
 
 
-@dataclasses.dataclass(frozen=True)
-class JointSample:
-    """One joint_states message in the tracker's joint order."""
-
-    q_rad: list[float]
-    qd_rad_s: list[float]
-    gripper_opening_m: float | None
-    stamp_s: float
-
-
-class JointStateCache:
-    """Latest joint state in the tracker's joint order (pure; the node feeds it messages).
-
-    ``latest`` is replaced by one assignment, so the control thread reading it never
-    sees half of an update.
-    """
-
-    def __init__(self, joint_names: list[str], gripper_joint: str):
-        self.joint_names = joint_names
-        self.gripper_joint = gripper_joint
-        self.latest: JointSample | None = None
-
-    def update(self, names, positions, velocities, stamp_s: float) -> str:
-        """Store a joint_states sample; returns '' or why it was ignored."""
-        index = {n: i for i, n in enumerate(names)}
-        missing = [n for n in self.joint_names if n not in index]
-        if missing:
-            return f"joint_states lacks {missing}"
-        if len(positions) != len(names):
-            return f"joint_states has {len(names)} names but {len(positions)} positions"
-        if velocities and len(velocities) != len(names):
-            return f"joint_states has {len(names)} names but {len(velocities)} velocities"
-        q = [float(positions[index[n]]) for n in self.joint_names]
-        qd = ([float(velocities[index[n]]) for n in self.joint_names] if velocities
-              else [0.0] * len(self.joint_names))
-        gripper = self.latest.gripper_opening_m if self.latest is not None else None
-        if self.gripper_joint in index:
-            opening = float(positions[index[self.gripper_joint]])
-            if math.isfinite(opening):
-                gripper = opening
-        self.latest = JointSample(q, qd, gripper, stamp_s)
-        return ""
-
-
 class PdTrackerNode(LeanEventsMixin, Node):
     def __init__(self, **kwargs):
         # Before anything can fail: destroy_node reads them.
@@ -122,7 +78,9 @@ class PdTrackerNode(LeanEventsMixin, Node):
         self.config: PdTrackerConfig = declare_config(self, PdTrackerConfig)
         cfg = self.config
         self.tracker = PdTracker(cfg)
-        self.states = JointStateCache(list(cfg.joint_names), cfg.gripper_joint)
+        self.states = JointStateCache(cfg.joint_names, cfg.gripper_joint,
+                                      cfg.state_future_tolerance_s)
+        self._state_drops_reported = 0
         self.rejects = ThrottledReasons(period_s=2.0)
         self.publishing = PublishGuard(self.get_logger(), self.context)
         self.period_error_ms = RollingStats(window=5000)
@@ -131,7 +89,7 @@ class PdTrackerNode(LeanEventsMixin, Node):
         self._ticks_total = 0
         self._efforts_sent = 0
         self._window = (0, time.perf_counter())
-        self._path_aborts_reported = 0
+        self._path_aborts_reported = (0, 0)
         self._published_fault = ""
         self._tracker_lock = threading.Lock()
         self._pending_chunks: collections.deque[ActionChunk] = collections.deque(maxlen=4)
@@ -239,11 +197,19 @@ class PdTrackerNode(LeanEventsMixin, Node):
 
     def _on_joint_states(self, msg: JointState) -> None:
         stamp_ns = stamp_to_ns(msg.header.stamp)
+        clock_ns = self.get_clock().now().nanoseconds
+        clock_s = clock_ns * 1e-9 if clock_ns else None  # unset: no /clock yet on sim time
         stamp_s = stamp_ns * 1e-9 if stamp_ns else self._now_s()
-        problem = self.states.update(msg.name, msg.position, msg.velocity, stamp_s)
-        if problem:
-            self._report("bad_joint_states", f"ignored joint_states: {problem}")
-        elif self.tick_on_joint_states:
+        resyncs = self.states.time_resyncs
+        drop, problem = self.states.update(msg.name, msg.position, msg.velocity, stamp_s,
+                                           clock_s, time.monotonic())
+        if drop is not None:
+            self._report(drop.value, f"dropped joint_states: {problem}")
+            return
+        if self.states.time_resyncs != resyncs:
+            self.get_logger().warning("joint_states time went backwards and stayed there "
+                                      "(publisher restarted?): following the new time")
+        if self.tick_on_joint_states:
             self._tick(stamp_s)
 
     def _tick(self, now_s: float | None = None) -> None:
@@ -296,7 +262,12 @@ class PdTrackerNode(LeanEventsMixin, Node):
         self._window = (ticks, now)
         with self._tracker_lock:
             info = self.tracker.diagnostics()
-        self._report_path_aborts(info["path_aborts"])
+        self._report_path_aborts(info)
+        counts = self.rejects.counts
+        drops_total = (counts[StateDrop.OUT_OF_ORDER.value] + counts[StateDrop.FUTURE.value])
+        dropped_states = drops_total - self._state_drops_reported
+        self._state_drops_reported = drops_total
+        silent_s = self._chunk_silence_s(info)
         status = DiagnosticStatus(name=f"{self.get_name()}: pd tracker", hardware_id="arm")
         mode = info["mode"]
         if mode == TrackerMode.FAULT.value and self.states.latest is None:
@@ -306,6 +277,13 @@ class PdTrackerNode(LeanEventsMixin, Node):
         elif not self.tick_on_joint_states and rate < 0.9 * self.config.rate_hz:
             status.level = DiagnosticStatus.WARN
             status.message = f"loop at {rate:.0f} Hz, below {self.config.rate_hz:.0f} Hz"
+        elif dropped_states:
+            status.level = DiagnosticStatus.WARN
+            status.message = (f"dropped {dropped_states} joint_states out of order or from "
+                              "the future since the last report")
+        elif silent_s is not None:
+            status.level = DiagnosticStatus.WARN
+            status.message = f"no chunks for {silent_s:.1f} s: holding"
         else:
             status.level, status.message = DiagnosticStatus.OK, mode
         self.clock_thread.report(status)
@@ -330,8 +308,11 @@ class PdTrackerNode(LeanEventsMixin, Node):
             "effort_saturated_ticks": str(info["effort_saturated_ticks"]),
             "late_state_ticks": str(info["late_state_ticks"]),
             "path_aborts": str(info["path_aborts"]),
+            "position_jumps": str(info["position_jumps"]),
             "overspeed_stops": str(info["overspeed_stops"]),
-            "bad_joint_states": str(self.rejects.counts["bad_joint_states"]),
+            **{drop.value: str(counts[drop.value]) for drop in StateDrop},
+            "joint_states_time_resyncs": str(self.states.time_resyncs),
+            "state_limited_ticks": str(info["state_limited_ticks"]),
             "publish_refused": str(self.publishing.refused_total),
         }
         status.values = [KeyValue(key=k, value=v) for k, v in values.items()]
@@ -339,17 +320,34 @@ class PdTrackerNode(LeanEventsMixin, Node):
         msg.header.stamp = self.get_clock().now().to_msg()
         self.publishing.publish(self.diag_pub, msg)
 
-    def _report_path_aborts(self, total: int) -> None:
-        """One WARN per diagnostics period in which the arm left its path (blocked, pushed
-        hard, or put back home by a simulator reset)."""
-        new = total - self._path_aborts_reported
-        if new <= 0:
-            return
-        self._path_aborts_reported = total
-        self.get_logger().warning(
-            f"arm farther than path_tolerance ({self.config.path_tolerance:g} rad) from its "
-            f"reference {new} time(s): plan dropped, holding at the measured state; chunks "
-            f"planned before it are skipped [{total} so far]")
+    def _chunk_silence_s(self, info: dict) -> float | None:
+        """Seconds since the last accepted chunk when the tracker holds for want of
+        chunks (a policy that stopped producing them); None otherwise."""
+        last = self.tracker.timeline.last_arrival_s
+        if info["mode"] != TrackerMode.HOLDING.value or not info["chunks_accepted"] \
+                or not math.isfinite(last):
+            return None
+        silent_s = self._now_s() - last
+        return silent_s if silent_s > self.config.chunk_timeout_s else None
+
+    def _report_path_aborts(self, info: dict) -> None:
+        """One line per diagnostics period in which the arm left its path: a WARN when it
+        was blocked or pushed hard, an INFO when it was put elsewhere in one step (a
+        simulator reset), which is how every simulated episode starts."""
+        aborts, jumps = info["path_aborts"], info["position_jumps"]
+        new_aborts = aborts - self._path_aborts_reported[0]
+        new_jumps = jumps - self._path_aborts_reported[1]
+        self._path_aborts_reported = (aborts, jumps)
+        if new_aborts > new_jumps:
+            self.get_logger().warning(
+                f"arm farther than path_tolerance ({self.config.path_tolerance:g} rad) from "
+                f"its reference {new_aborts - new_jumps} time(s): plan dropped, holding at "
+                f"the measured state; chunks planned before it are skipped [{aborts} path "
+                "aborts so far]")
+        if new_jumps > 0:
+            self.get_logger().info(
+                f"arm put elsewhere {new_jumps} time(s) (moved farther in one step than it "
+                "can move: a simulator reset): plan dropped, holding at the new state")
 
 
 def main(args=None) -> None:

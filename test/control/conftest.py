@@ -74,8 +74,9 @@ def chunk():
 
 @pytest.fixture
 def narrow_config():
-    """Tight limits so that streams run into them."""
+    """Tight limits so that streams run into them (the reference at the full velocity
+    limit: the tests of the reference read velocity_limits as its bound)."""
     return PdTrackerConfig(
         position_lower=[-1.0] * 6, position_upper=[1.0] * 6, position_margin=0.05,
-        velocity_limits=[2.0] * 6, acceleration_limits=[10.0] * 6)
+        velocity_limits=[2.0] * 6, velocity_fraction=1.0, acceleration_limits=[10.0] * 6)
 

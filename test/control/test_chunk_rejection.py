@@ -129,6 +129,7 @@ def test_validate_chunk_accepts_tuples_and_numpy_like_rows(sim_factory):
     sim = sim_factory()
     sim.tick()
     rows = np.full((16, 7), 0.1)
+    rows[:, 6] = 0.04
     ch = ActionChunk(sim.now, tuple(NAMES), np.arange(16) * 0.1, rows)
     assert sim.submit(ch).accepted
     assert sim.submit(dataclasses.replace(ch, stamp_s=sim.now + 0.001)).accepted

@@ -210,10 +210,11 @@ def test_repeated_tick_time_does_not_integrate(sim_factory, chunk):
 
 
 def test_effort_is_pd_of_reference_and_saturates():
-    # path_tolerance off: joint_5 sits 1 rad off its reference to saturate the effort.
+    # path_tolerance off: joint_5 sits 1 rad off its reference to saturate the effort;
+    # velocity limits high enough that the catch-up speed does not bound it.
     config = PdTrackerConfig(kp=[100.0] * 6, kd=[10.0] * 6,
                              effort_limits=[150.0, 150.0, 150.0, 28.0, 28.0, 28.0],
-                             path_tolerance=0.0)
+                             velocity_limits=[50.0] * 6, path_tolerance=0.0)
     tracker = PdTracker(config)
     q = [0.0, 0.1, -0.1, 0.0, 1.0, 0.0]
     tracker.tick(0.0, [0.0] * 6, [0.0] * 6, 0.0)  # reference at 0
@@ -240,7 +241,8 @@ def test_inertia_feedforward_uses_reference_acceleration(sim_factory, chunk):
 def test_gripper_is_clamped_rate_limited_and_does_not_overshoot(sim_factory, chunk):
     sim = sim_factory(gripper0=0.02)
     sim.tick()
-    grip = lambda t: 0.2 if t < 0.9 else -0.1  # noqa: E731  (beyond both ends)
+    # Beyond both ends, within gripper_limit_tolerance (farther is refused whole).
+    grip = lambda t: 0.089 if t < 0.9 else -0.004  # noqa: E731
     arrivals = [(s, chunk(s, lambda t: 0.0, gripper=grip)) for s in np.arange(0.002, 2.2, 0.1)]
     sim.run(2.2, arrivals)
     g = np.array([c.gripper_opening_m for _, c in sim.log])

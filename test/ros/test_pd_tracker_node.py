@@ -245,20 +245,3 @@ def test_tracker_runs_at_1khz(ros, start_node, rate_hz):
     ros.node.create_subscription(JointState, "tracker/reference", refs.append, ref_qos)
     ros.spin_until(lambda: len(refs) > 10, 10.0, "tracker/reference")
     assert len(refs[-1].position) == 6
-
-
-def test_joint_state_cache_keeps_whole_samples_and_the_last_gripper_opening():
-    from diffusion_policy_ros.ros.pd_tracker_node import JointStateCache
-
-    cache = JointStateCache(ARM, "gripper_joint")
-    assert cache.update(ARM + ["gripper_joint"], Q0 + [0.05], [], 1.0) == ""
-    first = cache.latest
-    assert first.q_rad == Q0 and first.qd_rad_s == [0.0] * 6
-    assert first.gripper_opening_m == 0.05 and first.stamp_s == 1.0
-    # A message without the gripper (or with a NaN opening) keeps the last good one.
-    assert cache.update(ARM, [q + 0.1 for q in Q0], [0.2] * 6, 2.0) == ""
-    assert cache.latest.gripper_opening_m == 0.05 and cache.latest.stamp_s == 2.0
-    assert first.stamp_s == 1.0, "a reader's sample is never changed by a later update"
-    assert "lacks" in cache.update(ARM[:5], Q0[:5], [], 3.0)
-    assert "positions" in cache.update(ARM, Q0[:5], [], 3.0)
-    assert cache.latest.stamp_s == 2.0
