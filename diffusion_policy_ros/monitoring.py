@@ -255,3 +255,73 @@ def cpu_per_sim_second(before: dict[str, float | None], after: dict[str, float |
     per = {name: round(cpu / sim_s, 3) for name, cpu in used.items()}
     per["total"] = round(sum(used.values()) / sim_s, 3)
     return per
+
+
+class TokenBucket:
+    """At most ``burst`` events at once, then one per ``period_s``: a bound on a rate that
+    still lets a short burst through unhindered."""
+
+    def __init__(self, burst: int, period_s: float):
+        if burst < 1 or period_s < 0:
+            raise ValueError(f"burst must be >= 1 and period_s >= 0, got {burst}, {period_s}")
+        self.burst = burst
+        self.period_s = period_s
+        self._tokens = float(burst)
+        self._last_s: float | None = None
+
+    def _refill(self, now_s: float) -> None:
+        if self._last_s is not None and now_s > self._last_s:
+            gained = (now_s - self._last_s) / self.period_s if self.period_s > 0 else self.burst
+            self._tokens = min(float(self.burst), self._tokens + gained)
+        if self._last_s is None or now_s > self._last_s:
+            self._last_s = now_s
+
+    def ready(self, now_s: float) -> bool:
+        """True when ``take`` would succeed now (nothing is taken)."""
+        self._refill(now_s)
+        return self._tokens >= 1.0 - 1e-9
+
+    def take(self, now_s: float) -> bool:
+        """Take one event's token; False (nothing taken) while none is left."""
+        if not self.ready(now_s):
+            return False
+        self._tokens = max(0.0, self._tokens - 1.0)
+        return True
+
+    def wait_s(self, now_s: float) -> float:
+        """Seconds until ``take`` succeeds (0 when it would now)."""
+        self._refill(now_s)
+        return max(0.0, (1.0 - self._tokens) * self.period_s)
+
+
+#: Characters of a user's string that go into a log line (``excerpt``).
+EXCERPT_CHARS = 80
+
+
+def excerpt(text: str, max_chars: int = EXCERPT_CHARS) -> str:
+    """``text`` as it may go into a log line: at most ``max_chars`` of it, then '...' and
+    its length, with line breaks and other control characters escaped, so that a
+    megabyte or a forged second line from a topic cannot flood or fake the log."""
+    cut = text[:max_chars]
+    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in cut)
+    return shown if len(text) <= max_chars else f"{shown}... ({len(text)} chars)"
+
+
+class LogBudget:
+    """Log lines of one kind bounded per second whatever the event rate: ``burst`` at
+    once, then one per ``period_s`` (``TokenBucket``); the lines left out are counted."""
+
+    def __init__(self, burst: int = 5, period_s: float = 1.0):
+        self._bucket = TokenBucket(burst, period_s)
+        self.left_out = 0
+        self._left_out_unsaid = 0
+
+    def allow(self, now_s: float) -> int | None:
+        """None: leave this line out (counted). Otherwise log it; the number is how many
+        were left out since the last one logged (for the line to say so)."""
+        if not self._bucket.take(now_s):
+            self.left_out += 1
+            self._left_out_unsaid += 1
+            return None
+        unsaid, self._left_out_unsaid = self._left_out_unsaid, 0
+        return unsaid

@@ -7,11 +7,14 @@ import pytest
 from diffusion_policy_ros.monitoring import (
     BlockingWatch,
     LatencyStages,
+    LogBudget,
     RateMeter,
     RollingStats,
     SimTimeToWall,
     ThrottledReasons,
+    TokenBucket,
     cpu_per_sim_second,
+    excerpt,
     process_cpu_s,
 )
 
@@ -158,3 +161,39 @@ def test_latency_stages_without_a_camera_keep_few_chunks_waiting():
         stages.chunk(k, 100 + k, 100 + k, 200 + k, 210 + k)
     assert len(stages._pending) == 3
     assert math.isnan(stages.stages_ms(0)["frame"]) and stages.stages_ms(9) is None
+
+
+def test_token_bucket_lets_a_burst_through_then_one_per_period():
+    bucket = TokenBucket(burst=3, period_s=0.5)
+    assert [bucket.take(0.0) for _ in range(4)] == [True, True, True, False]
+    assert bucket.wait_s(0.0) == pytest.approx(0.5)
+    assert not bucket.take(0.4) and bucket.ready(0.5) and bucket.take(0.5)
+    assert not bucket.take(0.6)
+    # A flood of 300 a second for 3 s: the burst, then two a second.
+    flooded = TokenBucket(burst=3, period_s=0.5)
+    assert sum(flooded.take(k / 300) for k in range(900)) == 3 + 5
+    # Idle long enough, the whole burst is back, never more.
+    assert [bucket.take(100.0) for _ in range(4)] == [True, True, True, False]
+    # A clock that goes back gives nothing.
+    assert not bucket.take(50.0)
+    with pytest.raises(ValueError):
+        TokenBucket(burst=0, period_s=1.0)
+
+
+def test_log_budget_bounds_lines_per_second_and_says_how_many_were_left_out():
+    budget = LogBudget(burst=5, period_s=1.0)
+    allowed = [budget.allow(k / 300) for k in range(900)]  # 3 s at 300 a second
+    logged = [n for n in allowed if n is not None]
+    assert len(logged) == 5 + 2 and budget.left_out == 900 - 7
+    last = max(k for k, n in enumerate(allowed) if n is not None)
+    assert logged[:5] == [0] * 5 and sum(logged) == allowed[:last].count(None)
+
+
+def test_excerpt_bounds_a_users_string_for_the_log():
+    assert excerpt("pick up the red cube") == "pick up the red cube"
+    long = "x" * 1_000_000
+    assert excerpt(long) == "x" * 80 + "... (1000000 chars)"
+    assert excerpt("a" * 80) == "a" * 80 and excerpt("ab", max_chars=1) == "a... (2 chars)"
+    # A line break cannot forge a second log line.
+    assert excerpt("red\n[ERROR] fake") == "red\\n[ERROR] fake"
+    assert excerpt("grüner Würfel") == "grüner Würfel"

@@ -16,6 +16,7 @@ training run reuses it without loading the model at all.
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import threading
@@ -23,12 +24,66 @@ from pathlib import Path
 
 import numpy as np
 
+from diffusion_policy_ros.monitoring import TokenBucket
 from diffusion_policy_ros.policy.configuration_diffusion import LANGUAGE_MODELS
+
+#: Instructions a node takes at once before ``InstructionInbox``'s interval applies: a
+#: simulated reset, a person's instruction and a correction can come moments apart.
+INSTRUCTION_BURST = 3
 
 
 def normalize_instruction(text: str) -> str:
     """Cache key: surrounding and repeated whitespace removed (the model ignores it too)."""
     return " ".join(text.split())
+
+
+class InstructionInbox:
+    """Instructions as they arrive from a topic, taken at a bounded rate.
+
+    ``offer`` (any thread, cheap: no copy, no normalisation) refuses an instruction longer
+    than ``max_chars`` whole, and otherwise keeps it as the pending one, replacing
+    (coalescing) any pending one not taken yet. ``take`` hands out the pending one,
+    normalised, when the rate allows: ``INSTRUCTION_BURST`` at once, then one per
+    ``min_interval_s``. Each taken instruction starts a task (a restarted observation
+    history, an embedding), so a flood of them becomes a few tasks a second with the
+    newest words, not one task per message. ``counts``: received, taken,
+    refused_too_long, coalesced.
+    """
+
+    def __init__(self, max_chars: int, min_interval_s: float,
+                 burst: int = INSTRUCTION_BURST):
+        self.max_chars = max_chars
+        self._rate = TokenBucket(burst, min_interval_s)
+        self._pending: str | None = None
+        self._lock = threading.Lock()
+        self.counts: collections.Counter[str] = collections.Counter(
+            {key: 0 for key in ("received", "taken", "refused_too_long", "coalesced")})
+
+    def offer(self, text: str) -> str:
+        """Keep ``text`` as the pending instruction; '' or the refusal's reason."""
+        with self._lock:
+            self.counts["received"] += 1
+            if len(text) > self.max_chars:
+                self.counts["refused_too_long"] += 1
+                return "too_long"
+            if self._pending is not None:
+                self.counts["coalesced"] += 1
+            self._pending = text
+            return ""
+
+    def ready(self, now_s: float) -> bool:
+        """An instruction is pending and may be taken now."""
+        with self._lock:
+            return self._pending is not None and self._rate.ready(now_s)
+
+    def take(self, now_s: float) -> str | None:
+        """The pending instruction, normalised, if the rate allows it now; else None."""
+        with self._lock:
+            if self._pending is None or not self._rate.take(now_s):
+                return None
+            text, self._pending = self._pending, None
+            self.counts["taken"] += 1
+        return normalize_instruction(text)
 
 
 class LanguageEmbedder:

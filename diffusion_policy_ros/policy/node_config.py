@@ -97,6 +97,17 @@ class PolicyNodeConfig:
                            "tool_link gives policy/markers' forward kinematics; empty = the "
                            "packaged arm (description/arm.urdf)")
     tool_link: str = param("tcp", "URDF link drawn as the end effector in policy/markers")
+    instruction_max_chars: int = param(
+        256, "Longest instruction taken (characters); a longer one is refused whole, counted "
+        "and logged, and the current one stays. A grasp instruction takes 20-60 characters, "
+        "and the sentence encoder reads at most 256 word pieces (about a character each at "
+        "worst), so nothing longer could be meant or read", low=1, high=100000)
+    instruction_min_interval_s: float = param(
+        0.5, "Instructions start new tasks at most this often (s), after a burst of three (a "
+        "simulated reset, a person's words and a correction come moments apart): a faster "
+        "stream is coalesced, its newest words taken when the interval has passed and the "
+        "rest counted, so a flood cannot keep restarting the observation history and leave "
+        "the policy no frame to act on", low=0.0, high=60.0)
     diagnostics_period_s: float = param(1.0, "Period of /diagnostics (s)", low=0.05, high=60.0)
     grasp_retry: GraspRetryConfig = section(GraspRetryConfig)
     grasp_lift: GraspLiftConfig = section(GraspLiftConfig)

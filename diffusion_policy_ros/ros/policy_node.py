@@ -31,13 +31,21 @@ point k at k * dt, joint_names + gripper_joint), ``policy/markers``
 packaged arm, in ``base_frame``; no MuJoCo on the robot) and ``/diagnostics``.
 It refuses to act, says why on ``/diagnostics`` and in a log throttled per
 reason, without an instruction, with observations or joint_states older than
-``max_obs_age_s``, with NaN/inf inputs or outputs. Every instruction message
-(the same words again too) starts a new task: the observation history restarts
-at the node's clock (inputs stamped earlier are dropped) and a chunk still
-computing from older frames is discarded (``discarded_after_restart``): after a
-simulated reset the first chunks see only the new episode, padded from its first
-frame as in training; until that first frame pairs (at most ``max_obs_age_s``) the
-``no_observation`` refusal is counted but not logged as a warning. A gripper that
+``max_obs_age_s``, with NaN/inf inputs or outputs. Every instruction taken (the same
+words again too) starts a new task: the observation history restarts at the node's
+clock (inputs stamped earlier are dropped) and a chunk still computing from older
+frames is discarded (``discarded_after_restart``): after a simulated reset the first
+chunks see only the new episode, padded from its first frame as in training; until
+that first frame pairs (at most ``max_obs_age_s``) the ``no_observation`` refusal is
+counted but not logged as a warning. Instructions are taken by the inference worker
+(``policy.language.InstructionInbox``): one longer than ``instruction_max_chars`` is
+refused whole (one WARN per 2 s, counted) and the current one stays; after a burst of
+three, a new task starts at most every ``instruction_min_interval_s``, and what comes
+faster is coalesced to the newest words (counted). Were every message of a flood to
+restart the history, no frame would stay long enough to act on; coalesced, a flood costs
+a length check per message and the chunks keep their rate. Instruction counts
+(``instructions_received`` / ``_taken`` / ``_refused_too_long`` / ``_coalesced``) are on
+``/diagnostics``; a user's words go into the log cut to ``monitoring.excerpt``. A gripper that
 closed on nothing is re-opened for a moment (``grasp_retry.*``,
 ``policy.grasp_retry.EmptyGraspRetry``; counted in ``grasp_retries_total``), so the
 policy grasps again; a grasp that stalled wide on the table (a cube held across its
@@ -53,8 +61,8 @@ group; with observation ticks it ticks only when frames stop, counted as
 so subscriptions, services and diagnostics keep running while the policy computes, under
 the single-threaded executor of ``ros2 run`` as under a bring-up's multi-threaded one. A
 tick that finds the previous chunk still computing is counted (``overrun_ticks``) and
-coalesced. A new instruction is embedded on the worker too (a cache miss runs the
-sentence encoder), before the next chunk, and so is the image of a frame that will start
+coalesced. A new instruction is taken and embedded on the worker too (a cache miss runs
+the sentence encoder), before the next chunk, and so is the image of a frame that will start
 a chunk when it comes before its cloud (``rgbd_sync_node`` sends it ahead): the chunk
 then runs only the cloud's encoder and the head (``PolicyRunner.encode_image_ahead``).
 Measured on the 2-core machine, this node keeps its chunk rate on a fraction of a core,
@@ -97,14 +105,14 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 from visualization_msgs.msg import Marker, MarkerArray
 
 from diffusion_policy_ros.description import URDF_PATH
-from diffusion_policy_ros.monitoring import RateMeter, RollingStats, ThrottledReasons
+from diffusion_policy_ros.monitoring import RateMeter, RollingStats, ThrottledReasons, excerpt
 from diffusion_policy_ros.perception.frame_schedule import FrameRateSchedule
 from diffusion_policy_ros.perception.image_decoding import FrameRejected, decode_color
 from diffusion_policy_ros.policy.checkpoint import CheckpointError
 from diffusion_policy_ros.policy.devices import DeviceUnavailableError
 from diffusion_policy_ros.policy.grasp_recovery import GraspRecovery
 from diffusion_policy_ros.policy.kinematics import urdf_kinematics
-from diffusion_policy_ros.policy.language import normalize_instruction
+from diffusion_policy_ros.policy.language import InstructionInbox
 from diffusion_policy_ros.policy.node_config import PolicyNodeConfig
 from diffusion_policy_ros.policy.observation_history import (
     NO_OBSERVATION,
@@ -146,9 +154,14 @@ JOINT_STATE_QUEUE_DEPTH = 200
 #: How often the idle inference worker takes the queued joint_states (s): about ten at a
 #: time at 500 Hz, so the take before a chunk is short.
 JOINT_STATES_TAKE_PERIOD_S = 0.02
-NO_INSTRUCTION = ("no instruction yet: publish one on 'instruction' (std_msgs/String), e.g. "
-                  "ros2 topic pub --once --keep-alive 2 /instruction std_msgs/msg/String "
-                  "\"{data: 'pick up the red cube'}\"")
+
+
+def no_instruction_hint(topic: str) -> str:
+    """What to do without an instruction; ``topic``: the subscription's resolved name (in
+    the node's namespace, after remaps), so the command works as printed."""
+    return (f"no instruction yet: publish one on '{topic}' (std_msgs/String), e.g. "
+            f"ros2 topic pub --once --keep-alive 2 {topic} std_msgs/msg/String "
+            "\"{data: 'pick up the red cube'}\"")
 
 
 def duration_msg(seconds: float) -> Duration:
@@ -171,6 +184,9 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
         self.history = ObservationHistory(self.joint_names, keep_s=cfg.max_obs_age_s + 1.0)
         self.refusals = ThrottledReasons(period_s=2.0)
         self.input_rejects = ThrottledReasons(period_s=2.0)
+        self.instructions = InstructionInbox(cfg.instruction_max_chars,
+                                             cfg.instruction_min_interval_s)
+        self.instruction_log = ThrottledReasons(period_s=2.0)
         self.publishing = PublishGuard(self.get_logger(), self.context)
         # Chunks per second of the node's clock (sim time under use_sim_time: the rate
         # timer runs on it) and of the wall clock.
@@ -210,7 +226,6 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
         self._retry_generation = -1  # the history generation grasp_recovery's task belongs to
         self._work = threading.Condition()
         self._tick_due = False
-        self._embed_due = ""
         self._image_due: np.ndarray | None = None
         self.images_encoded_ahead = 0
         self._closing = False
@@ -228,7 +243,8 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
         # leaves room for a long chunk.
         self.joint_states = PolledSubscription(self, JointState, "joint_states",
                                                QoSProfile(depth=JOINT_STATE_QUEUE_DEPTH))
-        subscribe_any_durability(self, String, "instruction", self._on_instruction)
+        _, live = subscribe_any_durability(self, String, "instruction", self._on_instruction)
+        self.no_instruction = no_instruction_hint(live.topic_name)
         self.instruction_pub = self.create_publisher(String, "policy/instruction", latched)
         # Lifecycle publishers: silent unless the node is active.
         self.chunk_pub = self.create_lifecycle_publisher(JointTrajectory, "policy/action_chunk",
@@ -350,7 +366,8 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
         self._stopped = False
         self._first_chunk_ms = None
         self._state = "active"
-        self.get_logger().info(f"active: acting at {self.config.rate_hz:g} Hz")
+        waiting = "" if self._instruction else " once an instruction comes"
+        self.get_logger().info(f"active: acting at {self.config.rate_hz:g} Hz{waiting}")
         return super().on_activate(state)
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -457,22 +474,48 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
                 self._reject_input("bad_joint_states", f"ignored joint_states: {problem}")
 
     def _on_instruction(self, msg: String) -> None:
-        text = normalize_instruction(msg.data)
+        """Executor thread: keep the instruction for the worker (``_take_instruction``);
+        a flood costs a length check and a counter per message here."""
+        reason = self.instructions.offer(msg.data)
+        if reason:
+            if self.instruction_log.record(reason, time.monotonic()):
+                self.get_logger().warning(
+                    f"instruction refused ({len(msg.data)} characters, more than "
+                    f"instruction_max_chars {self.config.instruction_max_chars}): "
+                    f"'{excerpt(msg.data)}'; the current one stays "
+                    f"[{self.instructions.counts['refused_too_long']} so far]")
+            return
+        with self._work:
+            self._work.notify()
+
+    def _take_instruction(self) -> bool:
+        """Worker thread: start the pending instruction's task if the rate allows; True when
+        one was taken. Every instruction taken (the same words again too) starts a new
+        task; those that came faster than ``instruction_min_interval_s`` were coalesced."""
+        text = self.instructions.take(time.monotonic())
+        if text is None:
+            return False
         self.history.restart(self.get_clock().now().nanoseconds)
         if self.frame_ticks is not None:
             with self._work:
                 self.frame_ticks.restart()  # the new task's first frame starts a chunk
         self.publishing.publish(self.instruction_pub, String(data=text))
+        coalesced = self.instructions.counts["coalesced"]
+        if coalesced and self.instruction_log.record("coalesced", time.monotonic()):
+            self.get_logger().info(
+                f"instructions arrive more often than every instruction_min_interval_s "
+                f"({self.config.instruction_min_interval_s:g} s): only the newest is taken "
+                f"[{coalesced} coalesced so far]")
         if text == self._instruction:
-            return
+            return True
         self._instruction = text
         if not text:
             self.get_logger().warning("empty instruction: refusing to act until a new one")
-            return
-        self.get_logger().info(f"instruction: '{text}' (takes effect at the next chunk)")
-        with self._work:
-            self._embed_due = text  # embedded on the worker, off the executor thread
-            self._work.notify()
+            return True
+        self.get_logger().info(f"instruction: '{excerpt(text)}' (takes effect at the next "
+                               f"chunk)")
+        self._embed(text)  # a cache miss runs the sentence encoder here, before the chunk
+        return True
 
     # -- inference ----------------------------------------------------------------------------
 
@@ -516,20 +559,18 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
     def _inference_loop(self) -> None:
         while True:
             with self._work:
-                if not (self._tick_due or self._embed_due or self._image_due is not None
-                        or self._closing):
+                if not (self._tick_due or self._image_due is not None or self._closing
+                        or self.instructions.ready(time.monotonic())):
                     self._work.wait(JOINT_STATES_TAKE_PERIOD_S)
                 if self._closing:
                     return
                 tick, self._tick_due = self._tick_due, False
-                embed, self._embed_due = self._embed_due, ""
                 image, self._image_due = self._image_due, None
-            if not (tick or embed or image is not None):
-                self._take_joint_states()
-                continue
             try:
-                if embed:
-                    self._embed(embed)
+                taken = self._take_instruction()
+                if not (tick or taken or image is not None):
+                    self._take_joint_states()
+                    continue
                 if image is not None:
                     self._encode_image_ahead(image)
                 if tick:
@@ -545,7 +586,7 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
             try:
                 runner.language.embed(text)  # cached now: the next chunk does not wait
             except Exception as exc:  # noqa: BLE001 - the chunk that needs it reports again
-                self.get_logger().error(f"cannot embed instruction '{text}': {exc}")
+                self.get_logger().error(f"cannot embed instruction '{excerpt(text)}': {exc}")
 
     def _encode_image_ahead(self, image: np.ndarray) -> None:
         runner = self.runner
@@ -569,10 +610,10 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
         instruction = self._instruction
         if not instruction:
             # Waiting for a person is the normal state after start-up: said once, counted.
-            self._refusal = Refusal("no_instruction", NO_INSTRUCTION)
+            self._refusal = Refusal("no_instruction", self.no_instruction)
             self.refusals.record("no_instruction", time.monotonic())
             if self.refusals.counts["no_instruction"] == 1:
-                self.get_logger().info(f"not acting yet: {NO_INSTRUCTION}")
+                self.get_logger().info(f"not acting yet: {self.no_instruction}")
             return
         c = runner.config
         self._take_joint_states()
@@ -608,6 +649,7 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
             return
         if not self._acting():
             return  # deactivated or stopped while this chunk was computed
+        self._take_instruction()  # one that came meanwhile: this chunk is of the old task
         if self.history.generation != generation:
             self.discarded_after_restart += 1  # a new task began while this was computed
             return
@@ -618,10 +660,13 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
         chunk = recovery.apply(chunk, selection.observations[-1]["joint_positions"],
                                selection.stamp_ns * 1e-9)
         for event in recovery.events:  # motions the policy did not command: say so
-            log = (self.get_logger().warning if event.kind == "lift_unsolved"
-                   else self.get_logger().info)
-            log(f"grasp recovery ({event.kind}, observation at {event.stamp_s:.2f} s): "
-                f"{event.message}")
+            line = (f"grasp recovery ({event.kind}, observation at {event.stamp_s:.2f} s): "
+                    f"{event.message}")
+            # One call site per severity: rclpy refuses another severity at the same site.
+            if event.kind == "lift_unsolved":
+                self.get_logger().warning(line)
+            else:
+                self.get_logger().info(line)
         stamp = ns_to_stamp(selection.stamp_ns)
         msg = JointTrajectory(joint_names=self.joint_names)
         msg.header.stamp = stamp
@@ -722,6 +767,7 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
             "refusal_detail": refusal.detail if refusal else "",
             "instruction": self._instruction,
             "chunk_instruction": self._chunk_instruction,
+            **{f"instructions_{key}": str(n) for key, n in self.instructions.counts.items()},
             "checkpoint": cfg.checkpoint,
             "device": str(runner.device) if runner else cfg.device,
             "precision": cfg.precision,

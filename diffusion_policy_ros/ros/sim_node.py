@@ -22,6 +22,16 @@ hears instructions on ``policy/instruction`` (what policy_node took, from any
 publisher) and from latched publishers on ``instruction`` directly; it deliberately
 has no volatile subscription there, so ``ros2 topic pub --once`` (which publishes
 as soon as one subscriber matches) waits for policy_node, the one that must get it.
+An instruction longer than ``instruction_max_chars`` is refused whole (counted, one
+WARN per 2 s) and the episode keeps its own; the lines about instructions are bounded
+per second whatever their rate (``monitoring.LogBudget``), with a user's words cut
+(``monitoring.excerpt``); the counts are on ``/diagnostics`` (``instructions_*``).
+Hints name the resolved topic (``/cell1/instruction`` in namespace ``cell1``).
+
+Episode reports. ``sim/episode`` is latched (transient local, depth 1) and published
+whenever the status changes, so a late subscriber gets the latest: an episode's final
+report (``success``, ``wrong_object``, ``timeout``) until the next episode starts (a
+reset, or an instruction after the end).
 
 Timing. The physics runs on a thread of its own (``realtime.MessageDrivenThread``)
 that wakes for each arm command and otherwise every ``1 / real_time_factor`` physics
@@ -54,7 +64,8 @@ and steps as soon as it does, within the wall-clock pace. A busy machine then lo
 the achieved real-time factor (on ``/diagnostics``) instead of feeding the arm one
 effort for a whole batch of steps, the zero-order hold whose delay made the loop
 oscillate. No answer within ``lockstep_resend_s``
-(a sample DDS lost) publishes the same ``joint_states`` again (counted). With no command
+(a sample DDS lost) publishes the same ``joint_states`` again (counted; routine on a
+loaded machine, so logged at INFO every ``RESEND_LOG_PERIOD_S`` at most). With no command
 publisher, or none within ``lockstep_timeout_s`` of wall time, the sim free-runs
 (counted, WARN) with expiring efforts, until commands return. When to step, ask again,
 drop a twin answer or free-run is decided by ``sim.lockstep.LockstepHandshake``.
@@ -103,9 +114,11 @@ from diffusion_policy_ros.control import PdTrackerConfig
 from diffusion_policy_ros.control.publish_gates import RateGate
 from diffusion_policy_ros.monitoring import (
     BlockingWatch,
+    LogBudget,
     RateMeter,
     RollingStats,
     ThrottledReasons,
+    excerpt,
 )
 from diffusion_policy_ros.ros.conversions import camera_info_msg, image_msg, ns_to_stamp
 from diffusion_policy_ros.ros.lean_events import LeanEventsMixin
@@ -132,6 +145,9 @@ TERMINAL = ("success", "wrong_object", "timeout")
 #: A ``joint_states`` publish longer than this is the transport blocking the simulation,
 #: not load: a descheduled thread on a saturated machine loses tens of ms, not this.
 PUBLISH_STALL_S = 0.1
+#: How often a joint_states published again in the lockstep (a lost DDS sample, routine on
+#: a loaded machine) is logged (s); each is counted on /diagnostics.
+RESEND_LOG_PERIOD_S = 30.0
 
 
 def command_values(msg: Float64MultiArray, expected: int) -> tuple[np.ndarray | None, str, str]:
@@ -163,27 +179,28 @@ def episode_status(state: TaskState) -> str:
     return "timeout" if state.timed_out else "running"
 
 
-def episode_detail(state: TaskState, object_names=()) -> str:
-    """Why nothing is scored (empty while there is a target)."""
+def episode_detail(state: TaskState, object_names=(), instruction_topic="/instruction") -> str:
+    """Why nothing is scored (empty while there is a target); ``instruction_topic``: the
+    resolved name a person publishes on (the node's namespace, remaps)."""
     status = episode_status(state)
     if status == "waiting_for_instruction":
-        return "no instruction yet: publish one on 'instruction' (std_msgs/String)"
+        return f"no instruction yet: publish one on '{instruction_topic}' (std_msgs/String)"
     if status == "no_target":
         names = ", ".join(n.replace("_", " ") for n in object_names)
-        return (f"'{state.instruction}' names no object of the scene ({names}): nothing is "
-                "scored until an instruction does")
+        return (f"'{excerpt(state.instruction)}' names no object of the scene ({names}): "
+                "nothing is scored until an instruction does")
     return ""
 
 
 def episode_report(state: TaskState, episode: int, seed: int, sim_time_s: float,
-                   object_names=()) -> dict:
+                   object_names=(), instruction_topic="/instruction") -> dict:
     """What ``sim/episode`` carries (as JSON) and ``/diagnostics`` repeats."""
     return {"episode": episode, "seed": seed, "status": episode_status(state),
             "target": state.target, "instruction": state.instruction,
             "success": state.success, "wrong_object": state.wrong_object or "",
             "timed_out": state.timed_out, "elapsed_s": round(state.elapsed_s, 4),
             "sim_time_s": round(sim_time_s, 4),
-            "detail": episode_detail(state, object_names)}
+            "detail": episode_detail(state, object_names, instruction_topic)}
 
 
 class SimNode(LeanEventsMixin, Node):
@@ -238,7 +255,13 @@ class SimNode(LeanEventsMixin, Node):
         self._window = (time.monotonic(), 0.0)
         # Lockstep: when to step, ask again, drop a twin answer or free-run.
         self.lockstep = LockstepHandshake(cfg.lockstep_timeout_s, cfg.lockstep_resend_s)
-        self._lockstep_log = ThrottledReasons(period_s=2.0)
+        #: A lost sample asked for again is routine under load: said once in a while.
+        self._resend_log = ThrottledReasons(period_s=RESEND_LOG_PERIOD_S)
+        # Instructions: refusals logged per reason, the rest within a budget of lines.
+        self.instruction_counts = {key: 0 for key in ("received", "followed",
+                                                      "refused_too_long", "repeated")}
+        self._instruction_refusals = ThrottledReasons(period_s=2.0)
+        self._instruction_lines = LogBudget(burst=5, period_s=1.0)
         self._last_joint_state: JointState | None = None
         self._paused = cfg.start_paused
 
@@ -275,8 +298,9 @@ class SimNode(LeanEventsMixin, Node):
         # Transient local only (see the module docstring); volatile publishers it cannot
         # match are expected and not reported.
         quiet = SubscriptionEventCallbacks(incompatible_qos=lambda _event: None)
-        self.create_subscription(String, "instruction", self._on_instruction, latched,
-                                 event_callbacks=quiet)
+        heard = self.create_subscription(String, "instruction", self._on_instruction, latched,
+                                         event_callbacks=quiet)
+        self.instruction_topic = heard.topic_name
         self.create_subscription(String, "policy/instruction", self._on_instruction, latched)
         self.create_service(Trigger, "~/reset", self._on_reset)
         self.create_service(SetBool, "~/pause", self._on_pause)
@@ -361,30 +385,57 @@ class SimNode(LeanEventsMixin, Node):
         if state.instruction:
             self.publishing.publish(self.instruction_pub, String(data=state.instruction))
         self._after_step(state)
-        told = (f"'{state.instruction}' -> {state.target}" if state.has_target
-                else episode_detail(state, self.runtime.scene.object_names))
+        told = (f"'{excerpt(state.instruction)}' -> {state.target}" if state.has_target
+                else self._detail(state))
         self.get_logger().info(f"episode {self._episode} (seed {self.runtime.episode_seed}): "
                                f"{told}")
 
+    def _detail(self, state: TaskState) -> str:
+        return episode_detail(state, self.runtime.scene.object_names, self.instruction_topic)
+
     def _on_instruction(self, msg: String) -> None:
+        self.instruction_counts["received"] += 1
+        if len(msg.data) > self.config.instruction_max_chars:
+            self.instruction_counts["refused_too_long"] += 1
+            if self._instruction_refusals.record("too_long", time.monotonic()):
+                self.get_logger().warning(
+                    f"instruction refused ({len(msg.data)} characters, more than "
+                    f"instruction_max_chars {self.config.instruction_max_chars}): "
+                    f"'{excerpt(msg.data)}'; the episode keeps its instruction "
+                    f"[{self.instruction_counts['refused_too_long']} so far]")
+            return
         with self._lock:
             self._follow_instruction(msg)
+
+    def _log_instruction(self, line: str, warn: bool = False) -> None:
+        """An instruction's log line, within a budget of lines a second whatever the rate."""
+        left_out = self._instruction_lines.allow(time.monotonic())
+        if left_out is None:
+            return
+        if left_out:
+            line += f" [{left_out} lines about instructions left out]"
+        # One call site per severity: rclpy refuses another severity at the same site.
+        if warn:
+            self.get_logger().warning(line)
+        else:
+            self.get_logger().info(line)
 
     def _follow_instruction(self, msg: String) -> None:
         text = " ".join(msg.data.split())  # as policy_node republishes it
         before = self.runtime.task_state
         if text == " ".join(before.instruction.split()) and not before.done:
+            self.instruction_counts["repeated"] += 1
             return  # the same message again (from policy/instruction), or our own
+        self.instruction_counts["followed"] += 1
         self._instruction = text
         state = self.runtime.follow_instruction(text)
         if before.done:
             self._episode += 1  # the next episode, in the scene as it is
         if state.has_target:
-            self.get_logger().info(f"episode {self._episode}: instruction '{text}' -> "
-                                   f"{state.target}")
+            self._log_instruction(f"episode {self._episode}: instruction '{excerpt(text)}' -> "
+                                  f"{state.target}")
         else:
-            self.get_logger().warning(f"episode {self._episode}: "
-                                      f"{episode_detail(state, self.runtime.scene.object_names)}")
+            self._log_instruction(f"episode {self._episode}: {self._detail(state)}", warn=True)
         self._status = episode_status(state)
         self._publish_episode(state)
 
@@ -417,7 +468,8 @@ class SimNode(LeanEventsMixin, Node):
         include the round trip of another process's reset or instruction (most of a second
         on a saturated machine)."""
         report = episode_report(state, self._episode, self.runtime.episode_seed,
-                                self.sim_time_s(), self.runtime.scene.object_names)
+                                self.sim_time_s(), self.runtime.scene.object_names,
+                                self.instruction_topic)
         now = time.monotonic()
         if report["status"] == "running":
             if self._scored_since_wall is None:
@@ -567,11 +619,12 @@ class SimNode(LeanEventsMixin, Node):
                 # camera's images flow) and repairs it only when a later sample reveals the
                 # gap; in a lockstep nothing later comes, so the state is published again.
                 self._publish_watched(self._last_joint_state)
-                if self._lockstep_log.record("resend", start):
-                    self.get_logger().warning(
+                if self._resend_log.record("resend", start):
+                    self.get_logger().info(
                         f"lockstep: no arm command {self.config.lockstep_resend_s * 1e3:.0f} ms "
-                        f"after a joint_states; published it again (a lost DDS sample) "
-                        f"[{self.lockstep.resends} so far]")
+                        f"after a joint_states; published it again (a sample DDS lost, or a "
+                        f"controller late on a loaded machine: routine, counted as "
+                        f"lockstep_resends) [{self.lockstep.resends} so far]")
             elif verdict is TurnVerdict.TIMED_OUT:
                 self.get_logger().warning(
                     f"lockstep: no arm command within lockstep_timeout_s "
@@ -661,7 +714,7 @@ class SimNode(LeanEventsMixin, Node):
         rates = {name: meter.rate_hz(wall) for name, meter in self.rates.items()}
         state = self.runtime.task_state
         report = episode_report(state, self._episode, self.runtime.episode_seed, sim,
-                                self.runtime.scene.object_names)
+                                self.runtime.scene.object_names, self.instruction_topic)
         problems = []
         if self._stale:
             age = sim - self._last_command_s
@@ -712,6 +765,8 @@ class SimNode(LeanEventsMixin, Node):
             "lockstep_wait_ms_p50": f"{self.lockstep.wait_ms.percentile(50):.3f}",
             "lockstep_wait_ms_p99": f"{self.lockstep.wait_ms.percentile(99):.3f}",
             "gripper_target_m": f"{self._gripper_m:.4f}",
+            **{f"instructions_{key}": str(n) for key, n in self.instruction_counts.items()},
+            "instruction_lines_left_out": str(self._instruction_lines.left_out),
             **{f"rejected_{r}": str(n) for r, n in sorted(self.rejects.counts.items())},
             **{r: str(n) for r, n in sorted(self.clamps.counts.items())},
         }

@@ -73,7 +73,8 @@ class SimConfig:
     lockstep_resend_s: float = param(0.02, "sim_node lockstep: wall time after which a "
                                      "joint_states still unanswered is published again, as "
                                      "DDS may lose a sample and repair it only when a later "
-                                     "one comes (counted, WARN); 0 = never (s)",
+                                     "one comes (counted; logged at INFO now and then); "
+                                     "0 = never (s)",
                                      low=0.0, high=60.0)
     joint_state_rate_hz: float = param(500.0, "sim_node: joint_states rate in sim time (Hz), "
                                        "at most the 500 Hz physics rate", low=1.0, high=500.0)
@@ -97,6 +98,10 @@ class SimConfig:
                                  low=0.002, high=1.0)
     diagnostics_period_s: float = param(1.0, "sim_node: /diagnostics period (wall clock, s)",
                                         low=0.05, high=60.0)
+    instruction_max_chars: int = param(
+        256, "sim_node: longest instruction followed (characters), as policy_node's "
+        "instruction_max_chars; a longer one is refused whole, counted and logged, and the "
+        "episode keeps its instruction", low=1, high=100000)
 
     def validate(self) -> None:
         if self.lockstep_resend_s >= self.lockstep_timeout_s:

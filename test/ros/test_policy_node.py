@@ -8,6 +8,7 @@ joint_states at 100 Hz.
 
 import math
 import os
+import re
 import shutil
 import time
 
@@ -304,6 +305,121 @@ def test_refusals_instruction_change_and_start_stop(ros, start_node, assets):
                    lambda: f"no warning once the first frame stayed away:\n{node.log()}")
     assert h.count("refused_no_observation") > 0
     assert node.alive(), node.log()
+
+
+def _log_lines_per_second(log: str, pattern: str, since_s: float) -> dict[int, int]:
+    """Lines of ``log`` matching ``pattern``, by the wall-clock second of their stamps, from
+    ``since_s`` on (rcutils stamps: ``[INFO] [1796671900.266583954] [policy_node]: ...``)."""
+    per_second: dict[int, int] = {}
+    for stamp, text in re.findall(r"^\[\w+\] \[(\d+\.\d+)\] \[[^]]*\]: (.*)$", log, re.M):
+        if float(stamp) >= since_s and re.search(pattern, text):
+            per_second[int(float(stamp))] = per_second.get(int(float(stamp)), 0) + 1
+    return per_second
+
+
+def _chunk_rate_hz(h: "PolicyHarness", start_ns: int, end_ns: int) -> float:
+    """Chunks a second among those conditioned on observations stamped in the window (the
+    stamps are this process's clock when it sent the frames: not the arrival times, which
+    measure this process's own lateness as well)."""
+    stamps = {stamp_to_ns(m.header.stamp) for _, m in h.chunks}
+    return sum(start_ns <= s < end_ns for s in stamps) / ((end_ns - start_ns) * 1e-9)
+
+
+@pytest.mark.parametrize("busy", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_instruction_input_is_bounded_and_a_flood_keeps_the_chunks_coming(
+        ros, start_node, assets, request, busy):
+    """A too-long instruction is refused whole with one log line, counted, and the current
+    one stays; 300 alternating instructions a second for 3 s (``busy``: next to CPU
+    burners) leave the chunk rate near its rate without the flood, and the log lines
+    about instructions a few a second."""
+    checkpoint, episode = assets
+    node = start_node(MODULE, [*PARAMS, "-p", f"checkpoint:={checkpoint}",
+                               "-p", "autostart:=true"])
+    h = PolicyHarness(ros, episode)
+    flood_pub = ros.node.create_publisher(String, "instruction", QoSProfile(depth=10))
+    ros.spin_until(lambda: h.connected() and flood_pub.get_subscription_count() > 0
+                   and h.value("state") == "active", 60.0,
+                   lambda: f"policy_node active: {h.diagnostics()}\n{node.log()}")
+    h.instruct("pick up the red cube")
+    ros.spin_until(lambda: len(h.chunks) >= 5, 30.0,
+                   lambda: f"first chunks: {h.diagnostics()}\n{node.log()}")
+    if busy:  # from here on: the baseline and the flood alike
+        request.getfixturevalue("cpu_burners")
+
+    def window_rate(seconds: float) -> float:
+        start_ns = h._now_ns()
+        ros.spin_for(seconds)
+        end_ns = h._now_ns()
+        # the chunk of the window's last frames may still be on its way
+        n = len(h.chunks)
+        ros.wait_for(lambda: len(h.chunks) > n, 1.0)
+        return _chunk_rate_hz(h, start_ns, end_ns - int(0.2e9))
+
+    baseline_hz = window_rate(3.0)
+
+    # A megabyte: refused whole, one short line, counted; the current instruction stays.
+    h.instruct("pick up the red cube " * 50_000)
+    ros.spin_until(lambda: h.count("instructions_refused_too_long") == 1, 15.0,
+                   lambda: f"the refusal counted: {h.diagnostics()}\n{node.log()[-3000:]}")
+    assert h.value("instruction") == "pick up the red cube"
+    ros.spin_until(lambda: "instruction refused (1050000 characters" in node.log(), 10.0,
+                   lambda: f"the refusal's line\n{node.log()[-3000:]}")
+    refused = [line for line in node.log().splitlines() if "instruction refused" in line]
+    assert len(refused) == 1 and len(refused[0]) < 300, refused
+    assert "... (1050000 chars)" in refused[0] and "instruction_max_chars 256" in refused[0]
+    assert "pick up the red cube " * 5 not in node.log()
+
+    # The flood: alternating words, 300 a second (paced on the wall clock).
+    words = ("pick up the red cube", "grab the blue cube")
+    received = h.count("instructions_received")
+    flood_start_s, start_ns, sent = time.time(), h._now_ns(), 0
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 3.0:
+        flood_pub.publish(String(data=words[sent % 2]))
+        sent += 1
+        while time.monotonic() < t0 + sent / 300 and time.monotonic() - t0 < 3.0:
+            ros.executor.spin_once(timeout_sec=max(0.0, t0 + sent / 300 - time.monotonic()))
+    flood_s = time.monotonic() - t0
+    end_ns = h._now_ns()
+    n = len(h.chunks)
+    ros.wait_for(lambda: len(h.chunks) > n, 1.0)
+    flood_hz = _chunk_rate_hz(h, start_ns, end_ns - int(0.2e9))
+    last = words[(sent - 1) % 2]
+    # The newest words are taken once the interval has passed: never lost. (The depth-10
+    # queue keeps the newest: a node slower than the flood loses older ones on the way.)
+    ros.spin_until(lambda: h.value("instruction") == last
+                   and h.count("instructions_received") > received + 10, 10.0,
+                   lambda: f"the flood counted: {h.diagnostics()}")
+    ros.spin_until(lambda: h.value("chunk_instruction") == last, 10.0,
+                   lambda: f"chunks with the last words: {h.diagnostics()}")
+    taken, coalesced = h.count("instructions_taken"), h.count("instructions_coalesced")
+    # A burst of three, then one new task per 0.5 s: the flood started a handful.
+    assert taken <= 1 + 3 + flood_s / 0.5 + 2, h.diagnostics()
+    assert coalesced >= h.count("instructions_received") - received - taken, h.diagnostics()
+    print(f"\nflood of {sent / flood_s:.0f} instructions/s ({sent} sent, "
+          f"{h.count('instructions_received') - received} received): chunks {flood_hz:.1f}/s "
+          f"(without: {baseline_hz:.1f}/s); {taken} instructions taken, {coalesced} "
+          f"coalesced; instruction log lines per second "
+          f"{_log_lines_per_second(node.log(), r'instruction', flood_start_s - 1.0)}")
+    assert flood_hz >= 0.6 * baseline_hz, (flood_hz, baseline_hz, h.diagnostics())
+    # Log lines about instructions: a few a second, whatever the rate.
+    lines = _log_lines_per_second(node.log(), r"instruction", flood_start_s - 1.0)
+    assert sum(lines.values()) <= 3 + 2 * flood_s + 4 and max(lines.values()) <= 6, lines
+    assert node.alive(), node.log()
+
+
+def test_the_no_instruction_hint_names_the_topic_in_the_nodes_namespace(start_node, assets):
+    checkpoint, _ = assets
+    node = start_node(MODULE, [*PARAMS, "-p", f"checkpoint:={checkpoint}",
+                               "-p", "autostart:=true", "-r", "__ns:=/cell1"])
+    deadline = time.monotonic() + 60.0
+    while "not acting yet" not in node.log():
+        assert time.monotonic() < deadline and node.alive(), node.log()
+        time.sleep(0.2)  # ok-sleep: poll interval of a deadline-bounded wait on the log
+    hint = next(line for line in node.log().splitlines() if "not acting yet" in line)
+    assert ("publish one on '/cell1/instruction' (std_msgs/String), e.g. ros2 topic pub "
+            "--once --keep-alive 2 /cell1/instruction std_msgs/msg/String") in hint, hint
+    assert "active: acting at 10 Hz once an instruction comes" in node.log()
 
 
 def test_a_gripper_closed_on_nothing_is_reopened(ros, start_node, assets):

@@ -2,10 +2,17 @@
 
 import json
 import math
+import os
+import re
+import shutil
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
@@ -503,7 +510,7 @@ def test_waiting_sim_scores_the_object_a_persons_instruction_names(ros, start_no
                    lambda: f"sim time past the limit: {h.episodes}\n{node.log()}")
     assert [e["status"] for e in h.episodes] == ["waiting_for_instruction"], h.episodes
     assert h.instructions == []
-    assert "publish one on 'instruction'" in h.episodes[-1]["detail"]
+    assert "publish one on '/instruction' (std_msgs/String)" in h.episodes[-1]["detail"]
     # What policy_node republishes from a person's `ros2 topic pub` (volatile).
     taken = ros.node.create_publisher(String, "policy/instruction", LATCHED)
     taken.publish(String(data="pick up the red cube"))
@@ -541,6 +548,113 @@ def test_a_persons_latched_instruction_replaces_the_sims_until_the_next_reset(ro
     ros.spin_until(lambda: _episode(h).get("episode", 0) > own["episode"], 10.0, "the reset")
     assert _episode(h)["instruction"] == h.instructions[-1] != words
     assert sim_node.alive(), sim_node.log()
+
+
+def _instruction_lines_per_second(log: str, since_s: float) -> dict[int, int]:
+    """Log lines about instructions by the wall-clock second of their stamps."""
+    per_second: dict[int, int] = {}
+    for stamp, text in re.findall(r"^\[\w+\] \[(\d+\.\d+)\] \[[^]]*\]: (.*)$", log, re.M):
+        if float(stamp) >= since_s and "instruction" in text:
+            per_second[int(float(stamp))] = per_second.get(int(float(stamp)), 0) + 1
+    return per_second
+
+
+def _echo_env() -> dict | None:
+    """This process's ROS environment with the venv's `ros2` CLI; None without one."""
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    if shutil.which("ros2", path=path) is None:
+        return None
+    return {**os.environ, "PATH": path,
+            "AMENT_PREFIX_PATH": os.environ.get("AMENT_PREFIX_PATH", sys.prefix)}
+
+
+def test_instructions_are_bounded_and_a_late_subscriber_gets_the_final_report(
+        ros, start_node, readme_ros2_command):
+    """A megabyte instruction is refused whole with one line; a flood of alternating
+    instructions logs a few lines a second; once an episode ended, its final report is what
+    a late subscriber gets (also the README's `ros2 topic echo`, in full)."""
+    node = start_node("diffusion_policy_ros.ros.sim_node", SIM_PARAMS + [
+        "-p", "publish_instruction:=false", "-p", "time_limit_s:=1.0",
+        "-p", "diagnostics_period_s:=0.2"])
+    h = SimHarness(ros, camera=False)
+    person = ros.node.create_publisher(String, "instruction", LATCHED)
+    ros.spin_until(lambda: _episode(h).get("status") == "waiting_for_instruction"
+                   and person.get_subscription_count() > 0 and h.diags, 30.0,
+                   lambda: f"a waiting episode: {h.episodes}\n{node.log()}")
+    assert _episode(h)["detail"] == ("no instruction yet: publish one on '/instruction' "
+                                     "(std_msgs/String)")
+
+    person.publish(String(data="pick up the red cube " * 50_000))
+    ros.spin_until(lambda: h.value("instructions_refused_too_long") == "1", REPORT_WAIT_S,
+                   lambda: f"the refusal counted: {h.diagnostics()}\n{node.log()[-3000:]}")
+    assert _episode(h)["status"] == "waiting_for_instruction", h.episodes[-1]
+    ros.spin_until(lambda: "instruction refused" in node.log(), 10.0, node.log)
+    refused = [line for line in node.log().splitlines() if "instruction refused" in line]
+    assert len(refused) == 1 and len(refused[0]) < 300, refused
+    assert "(1050000 characters, more than instruction_max_chars 256)" in refused[0]
+
+    # 300 instructions a second for 2 s, naming an object and none in turn (an INFO and a
+    # WARN line each); 1 s episodes end and restart meanwhile.
+    words = ("pick up the red cube", "grab the orange cone")
+    flood_start_s, sent, t0 = time.time(), 0, time.monotonic()
+    while time.monotonic() - t0 < 2.0:
+        person.publish(String(data=words[sent % 2]))
+        sent += 1
+        while time.monotonic() < t0 + sent / 300 and time.monotonic() - t0 < 2.0:
+            ros.executor.spin_once(timeout_sec=max(0.0, t0 + sent / 300 - time.monotonic()))
+    flood_s = time.monotonic() - t0
+    ros.spin_until(lambda: int(h.value("instructions_received")) >= 0.3 * sent, REPORT_WAIT_S,
+                   lambda: f"the flood counted: {h.diagnostics()}")
+    # The last words name an object: that episode ends (time limit), and nothing is
+    # published after its end.
+    person.publish(String(data=words[0]))
+    ros.spin_until(lambda: _episode(h).get("status") == "timeout", 10.0,
+                   lambda: f"the last episode's end: {h.episodes[-3:]}\n{node.log()[-3000:]}")
+    final = _episode(h)
+    ros.spin_for(0.5)
+    assert _episode(h) == final and final["instruction"] == words[0], h.episodes[-3:]
+    lines = _instruction_lines_per_second(node.log(), flood_start_s)
+    print(f"\nflood of {sent / flood_s:.0f} instructions/s: {h.value('instructions_received')} "
+          f"received, {h.value('instructions_followed')} followed, "
+          f"{h.value('instruction_lines_left_out')} lines left out; lines per second {lines}")
+    assert max(lines.values()) <= 5 + 1 and sum(lines.values()) <= 5 + flood_s + 2, lines
+    assert int(h.value("instruction_lines_left_out")) > 0, h.diagnostics()
+
+    # A late subscriber: the final report, not an earlier one.
+    late = []
+    ros.node.create_subscription(String, "sim/episode", lambda m: late.append(json.loads(m.data)),
+                                 LATCHED)
+    ros.spin_until(lambda: late, 10.0, "the stored report")
+    ros.spin_for(0.2)
+    assert late == [final], (late, final)
+    # The README's command shows it whole (`ros2 topic echo` cuts strings at 128
+    # characters unless told otherwise).
+    env = _echo_env()
+    if env is not None:
+        command = readme_ros2_command("ros2 topic echo --once", " /sim/episode")
+        try:
+            for _ in range(5):  # a fresh CLI may not have discovered the topic's type yet
+                echo = subprocess.run(["bash", "-c", command], env=env, capture_output=True,
+                                      text=True, timeout=60)
+                if "does not appear to be published yet" not in echo.stdout:
+                    break
+        finally:
+            subprocess.run(["bash", "-c", "ros2 daemon stop"], env=env, capture_output=True,
+                           timeout=60)
+        shown = yaml.safe_load(echo.stdout.split("---")[0])
+        assert json.loads(shown["data"]) == final, echo.stdout + echo.stderr
+    assert node.alive(), node.log()
+
+
+def test_hints_name_the_instruction_topic_in_the_nodes_namespace(start_node):
+    node = start_node("diffusion_policy_ros.ros.sim_node", SIM_PARAMS + [
+        "-p", "publish_instruction:=false", "-r", "__ns:=/cell1"])
+    deadline = time.monotonic() + 30.0
+    while "episode 1 (seed" not in node.log():
+        assert time.monotonic() < deadline and node.alive(), node.log()
+        time.sleep(0.2)  # ok-sleep: poll interval of a deadline-bounded wait on the log
+    assert ("episode 1 (seed 0): no instruction yet: publish one on '/cell1/instruction' "
+            "(std_msgs/String)") in node.log(), node.log()
 
 
 def test_invalid_parameters_fail_fast(start_node):
