@@ -23,6 +23,15 @@ its ros2_control controllers:
 Arguments are typed like the parameters they set (real_time_factor:=1 and :=1.0 both
 work); an invalid value stops the launch with one error line before any node starts.
 An empty tuning argument leaves the value of the parameter file (config/*.yaml).
+params_file:=my.yaml (ROS 2 --params-file layout, '/**/<node>:' keys) goes to every node
+after its config/<node>.yaml and the arguments left at their defaults, and before the
+arguments given on the command line: those override it, it overrides the rest.
+
+rgbd_sync_node and policy_node are respawned when they die (1 s later; the launch ends
+after 3 respawns in a row of a node that did not stay up 60 s); meanwhile
+pd_tracker_node brakes and holds the arm. sim_node and pd_tracker_node are not: their
+exit ends the launch. Each exit is logged with the node, its exit code or signal and
+the restart count (ros/processes.py has the rule; dpr bringup follows it too).
 """
 
 import os
@@ -35,11 +44,16 @@ from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
 from diffusion_policy_ros.launch_support import (
+    ExitWatch,
+    check_params_file,
     describe_argument,
+    layered_parameters,
+    note_given_arguments,
     parse_bool,
     typed_parameters,
 )
 from diffusion_policy_ros.policy.node_config import PolicyNodeConfig
+from diffusion_policy_ros.ros.processes import RestartPolicy
 from diffusion_policy_ros.sim.sim_config import SimConfig
 
 PACKAGE = "diffusion_policy_ros"
@@ -49,6 +63,8 @@ POLICY_ARGUMENTS = ("device", "precision", "backend", "graph_dir", "num_inferenc
                     "num_samples", "num_threads", "rate_hz", "tick_source")
 #: Launch defaults that differ from the parameter files.
 POLICY_DEFAULTS = {"device": "auto"}
+#: Respawns at a fixed delay (launch's respawn_delay), so without backoff.
+RESPAWN = RestartPolicy(backoff=1.0)
 
 
 def _installed(package: str) -> bool:
@@ -59,7 +75,7 @@ def _installed(package: str) -> bool:
     return True
 
 
-def _nodes(context, config: str, share: str):
+def _nodes(context, config: str, share: str, given: set[str]):
     def arg(name: str) -> str:
         return LaunchConfiguration(name).perform(context)
 
@@ -67,34 +83,47 @@ def _nodes(context, config: str, share: str):
     use_sim_time = parse_bool("use_sim_time", arg("use_sim_time"))
     sim_instructions = parse_bool("sim_instructions", arg("sim_instructions"))
     rviz = parse_bool("rviz", arg("rviz"))
+    user_file = check_params_file(arg("params_file"))
     sim_params = typed_parameters(SimConfig, {name: arg(name) for name in SIM_ARGUMENTS})
     policy_params = typed_parameters(PolicyNodeConfig, {
         "checkpoint": arg("checkpoint"), **{name: arg(name) for name in POLICY_ARGUMENTS}})
     # rgbd_sync_node makes observations at the policy's rate (only those are used).
-    sync_params = ({"output_rate_hz": policy_params["rate_hz"]} if "rate_hz" in policy_params
-                   else {})
+    sync_params = ({"output_rate_hz": (policy_params["rate_hz"], "rate_hz")}
+                   if "rate_hz" in policy_params else {})
     ns = arg("namespace")
-    sim_time = {"use_sim_time": use_sim_time}
+    sim_time = {"use_sim_time": (use_sim_time, "use_sim_time")}
+
+    def parameters(name: str, shipped: str, values: dict) -> list:
+        return layered_parameters(name, os.path.join(config, shipped), values, given,
+                                  user_file)
+
+    watches = {name: ExitWatch(name, RESPAWN) for name in
+               ("sim_node", "rgbd_sync_node", "policy_node", "pd_tracker_node")}
     nodes = []
     if use_sim:
         nodes.append(Node(
             package=PACKAGE, executable="sim_node", name="sim_node", namespace=ns,
-            output="screen",
-            parameters=[os.path.join(config, "sim.yaml"), sim_params,
-                        {"publish_clock": use_sim_time,
-                         "publish_instruction": sim_instructions}]))
+            output="screen", **watches["sim_node"].node_arguments(),
+            parameters=parameters("sim_node", "sim.yaml", {
+                **{k: (v, k) for k, v in sim_params.items()}, **sim_time,
+                "publish_clock": (use_sim_time, "use_sim_time"),
+                "publish_instruction": (sim_instructions, "sim_instructions")})))
     nodes += [
         Node(package=PACKAGE, executable="rgbd_sync_node", name="rgbd_sync_node", namespace=ns,
-             output="screen",
-             parameters=[os.path.join(config, "rgbd_sync.yaml"), sim_time, sync_params]),
+             output="screen", **watches["rgbd_sync_node"].node_arguments(),
+             parameters=parameters("rgbd_sync_node", "rgbd_sync.yaml",
+                                   {**sim_time, **sync_params})),
         Node(package=PACKAGE, executable="policy_node", name="policy_node", namespace=ns,
-             output="screen",
-             parameters=[os.path.join(config, "policy_node.yaml"), sim_time, policy_params,
-                         {"autostart": True}]),
+             output="screen", **watches["policy_node"].node_arguments(),
+             parameters=parameters("policy_node", "policy_node.yaml", {
+                 **sim_time, **{k: (v, k) for k, v in policy_params.items()},
+                 "autostart": (True, None)})),
         Node(package=PACKAGE, executable="pd_tracker_node", name="pd_tracker_node",
-             namespace=ns, output="screen",
-             parameters=[os.path.join(config, "pd_tracker.yaml"), sim_time]),
+             namespace=ns, output="screen", **watches["pd_tracker_node"].node_arguments(),
+             parameters=parameters("pd_tracker_node", "pd_tracker.yaml", sim_time)),
     ]
+    nodes += [handler for node in list(nodes)
+              for handler in watches[node.node_executable].handlers(node)]
     if rviz:
         missing = [p for p in ("rviz2", "robot_state_publisher") if not _installed(p)]
         if missing:
@@ -106,11 +135,11 @@ def _nodes(context, config: str, share: str):
                 robot_description = fh.read()
             nodes += [
                 Node(package="robot_state_publisher", executable="robot_state_publisher",
-                     namespace=ns, parameters=[{"robot_description": robot_description},
-                                               sim_time]),
+                     namespace=ns, parameters=[{"robot_description": robot_description,
+                                                "use_sim_time": use_sim_time}]),
                 Node(package="rviz2", executable="rviz2", namespace=ns,
                      arguments=["-d", os.path.join(config, "grasp.rviz")],
-                     parameters=[sim_time]),
+                     parameters=[{"use_sim_time": use_sim_time}]),
             ]
     return nodes
 
@@ -120,7 +149,9 @@ def generate_launch_description():
     config = os.path.join(share, "config")
     sim_yaml = os.path.join(config, "sim.yaml")
     policy_yaml = os.path.join(config, "policy_node.yaml")
+    given: set[str] = set()
     return LaunchDescription([
+        OpaqueFunction(function=note_given_arguments(given)),  # before the defaults fill in
         DeclareLaunchArgument("use_sim", default_value="true",
                               description="Start the MuJoCo simulation; false = real Kinect "
                               "and arm from your drivers"),
@@ -148,5 +179,10 @@ def generate_launch_description():
                               description="Start rviz2 with config/grasp.rviz and "
                               "robot_state_publisher (skipped with a warning where they are "
                               "not installed)"),
-        OpaqueFunction(function=_nodes, args=[config, share]),
+        DeclareLaunchArgument("params_file", default_value="",
+                              description="Your parameter file (ROS 2 --params-file layout, "
+                              "'/**/<node>:' keys as in config/*.yaml), given to every node: "
+                              "it overrides config/<node>.yaml and the arguments left at their "
+                              "defaults; the arguments you give override it"),
+        OpaqueFunction(function=_nodes, args=[config, share, given]),
     ])

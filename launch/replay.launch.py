@@ -1,7 +1,7 @@
 """The policy and tracker nodes (and perception) fed from a rosbag2, on the bag's time.
 
 ros2 launch diffusion_policy_ros replay.launch.py bag:=/path/to/bag [rate:=1.0] \\
-    [checkpoint:=...] [device:=cpu]
+    [checkpoint:=...] [device:=cpu] [params_file:=my.yaml]
 
 The bag may come from `dpr collect` (observation/image + observation/points, played
 straight to policy_node), `dpr collect --raw-camera` or `ros2 bag record` on the robot
@@ -9,7 +9,8 @@ straight to policy_node), `dpr collect --raw-camera` or `ros2 bag record` on the
 instruction. It is played by `dpr replay --bag BAG --publish`, which publishes the
 raw CDR in recorded order with /clock from the bag time once policy_node is active;
 every node runs with use_sim_time:=true, so observation ages, chunk stamps and the
-tracker's timeline follow the recording. The recorded actions are not played, so
+tracker's timeline follow the recording (a params_file overrides config/*.yaml and the
+arguments left at their defaults, not that). The recorded actions are not played, so
 the tracker's output is what this policy would have commanded. When the player ends
 (or fails) the launch shuts down; the player's last lines report what was played and
 how many action chunks the policy published meanwhile.
@@ -33,7 +34,13 @@ from launch.logging import get_logger
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
-from diffusion_policy_ros.launch_support import LaunchArgumentError, typed_parameters
+from diffusion_policy_ros.launch_support import (
+    LaunchArgumentError,
+    check_params_file,
+    layered_parameters,
+    note_given_arguments,
+    typed_parameters,
+)
 from diffusion_policy_ros.learning.episode_bag import BagError, bag_topics, replay_plan
 from diffusion_policy_ros.policy.node_config import PolicyNodeConfig
 
@@ -41,7 +48,7 @@ PACKAGE = "diffusion_policy_ros"
 REPORTED_TOPICS = ["policy/action_chunk"]
 
 
-def _actions(context, config: str):
+def _actions(context, config: str, given: set[str]):
     def arg(name: str) -> str:
         return LaunchConfiguration(name).perform(context)
 
@@ -63,11 +70,17 @@ def _actions(context, config: str):
     sim_time = {"use_sim_time": True}
     policy_params = typed_parameters(PolicyNodeConfig, {"checkpoint": arg("checkpoint"),
                                                         "device": arg("device")})
+    user_file = check_params_file(arg("params_file"))
+
+    def parameters(name: str, shipped: str, values: dict, fixed: dict) -> list:
+        return layered_parameters(name, os.path.join(config, shipped), values, given,
+                                  user_file, fixed)
+
     actions = []
     if plan.perception:
         actions.append(Node(package=PACKAGE, executable="rgbd_sync_node", name="rgbd_sync_node",
-                            output="screen",
-                            parameters=[os.path.join(config, "rgbd_sync.yaml"), sim_time]))
+                            output="screen", parameters=parameters(
+                                "rgbd_sync_node", "rgbd_sync.yaml", {}, sim_time)))
     player = ExecuteProcess(
         cmd=[os.path.join(get_package_prefix(PACKAGE), "lib", PACKAGE, "dpr"), "replay",
              "--bag", bag, "--publish", "--rate", str(rate), "--wait", "120",
@@ -76,12 +89,13 @@ def _actions(context, config: str):
         name="bag_player", output="screen")
     actions += [
         Node(package=PACKAGE, executable="policy_node", name="policy_node", output="screen",
-             parameters=[os.path.join(config, "policy_node.yaml"), sim_time, policy_params,
-                         {"autostart": True}]),
+             parameters=parameters("policy_node", "policy_node.yaml",
+                                   {k: (v, k) for k, v in policy_params.items()},
+                                   {**sim_time, "autostart": True})),
         # The recorded arm follows the recording, not these commands: no path aborts.
         Node(package=PACKAGE, executable="pd_tracker_node", name="pd_tracker_node",
-             output="screen", parameters=[os.path.join(config, "pd_tracker.yaml"), sim_time,
-                                          {"path_tolerance": 0.0}]),
+             output="screen", parameters=parameters("pd_tracker_node", "pd_tracker.yaml", {},
+                                                    {**sim_time, "path_tolerance": 0.0})),
         player,
         RegisterEventHandler(OnProcessExit(target_action=player, on_exit=[
             LogInfo(msg="the bag player ended: shutting down the replay"),
@@ -92,7 +106,9 @@ def _actions(context, config: str):
 
 def generate_launch_description():
     share = get_package_share_directory(PACKAGE)
+    given: set[str] = set()
     return LaunchDescription([
+        OpaqueFunction(function=note_given_arguments(given)),  # before the defaults fill in
         DeclareLaunchArgument("bag", description="rosbag2 directory (sqlite3 or MCAP): a "
                               "dpr collect episode, or the Kinect topics + joint_states + "
                               "instruction recorded on the robot"),
@@ -103,5 +119,10 @@ def generate_launch_description():
                               description="Policy checkpoint directory (safetensors + JSON)"),
         DeclareLaunchArgument("device", default_value="auto",
                               description="Policy device: auto | cpu | cuda | npu"),
-        OpaqueFunction(function=_actions, args=[os.path.join(share, "config")]),
+        DeclareLaunchArgument("params_file", default_value="",
+                              description="Your parameter file (ROS 2 --params-file layout, "
+                              "'/**/<node>:' keys as in config/*.yaml): it overrides "
+                              "config/*.yaml and the arguments left at their defaults; the "
+                              "arguments you give override it"),
+        OpaqueFunction(function=_actions, args=[os.path.join(share, "config"), given]),
     ])

@@ -1,7 +1,7 @@
 """The MuJoCo simulation alone: arm, table, objects and the Kinect-like camera.
 
 ros2 launch diffusion_policy_ros sim.launch.py [use_sim_time:=true] [real_time_factor:=0.5] \\
-    [sim_instructions:=false] [namespace:=...]
+    [sim_instructions:=false] [namespace:=...] [params_file:=my_sim.yaml]
 Publishes the Azure Kinect driver's topics, joint_states, its own latched instruction
 per episode (sim_instructions:=false: none, it waits for yours) and sim/episode;
 takes arm_controller/commands and gripper_controller/commands. Without policy_node
@@ -19,7 +19,10 @@ from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
 from diffusion_policy_ros.launch_support import (
+    check_params_file,
     describe_argument,
+    layered_parameters,
+    note_given_arguments,
     parse_bool,
     typed_parameters,
 )
@@ -28,23 +31,28 @@ from diffusion_policy_ros.sim.sim_config import SimConfig
 SIM_ARGUMENTS = ("real_time_factor", "seed", "time_limit_s", "auto_reset")
 
 
-def _node(context, params_file: str):
+def _node(context, params_file: str, given: set[str]):
     def arg(name: str) -> str:
         return LaunchConfiguration(name).perform(context)
 
     use_sim_time = parse_bool("use_sim_time", arg("use_sim_time"))
     params = typed_parameters(SimConfig, {name: arg(name) for name in SIM_ARGUMENTS})
-    params |= {"publish_clock": use_sim_time,
-               "publish_instruction": parse_bool("sim_instructions", arg("sim_instructions"))}
+    values = {name: (value, name) for name, value in params.items()}
+    values |= {"publish_clock": (use_sim_time, "use_sim_time"),
+               "publish_instruction": (parse_bool("sim_instructions", arg("sim_instructions")),
+                                       "sim_instructions")}
     return [Node(package="diffusion_policy_ros", executable="sim_node", name="sim_node",
                  namespace=arg("namespace"), output="screen",
-                 parameters=[params_file, params])]
+                 parameters=layered_parameters("sim_node", params_file, values, given,
+                                               check_params_file(arg("params_file"))))]
 
 
 def generate_launch_description():
     params_file = os.path.join(get_package_share_directory("diffusion_policy_ros"), "config",
                                "sim.yaml")
+    given: set[str] = set()
     return LaunchDescription([
+        OpaqueFunction(function=note_given_arguments(given)),  # before the defaults fill in
         DeclareLaunchArgument("namespace", default_value="",
                               description="Namespace of every topic of the simulated robot"),
         DeclareLaunchArgument("use_sim_time", default_value="false",
@@ -56,5 +64,10 @@ def generate_launch_description():
                               "object the last instruction names"),
         *[DeclareLaunchArgument(name, default_value="", description=describe_argument(
             SimConfig, name, params_file, "sim_node")) for name in SIM_ARGUMENTS],
-        OpaqueFunction(function=_node, args=[params_file]),
+        DeclareLaunchArgument("params_file", default_value="",
+                              description="Your parameter file (ROS 2 --params-file layout, "
+                              "'/**/<node>:' keys as in config/*.yaml): it overrides "
+                              "config/sim.yaml and the arguments left at their defaults; the "
+                              "arguments you give override it"),
+        OpaqueFunction(function=_node, args=[params_file, given]),
     ])

@@ -148,7 +148,8 @@ def test_grasp_launch_arguments_are_typed_and_checked_before_any_node(installed)
         n for n in _evaluate(description) if getattr(n, "node_executable", "") ==
         "rgbd_sync_node"))  # the parameter file's (the policy file's rate)
     # rviz:=true where rviz2 is missing: a warning, the nodes without it (no abort).
-    with_rviz = _evaluate(description, use_sim="false", rviz="true")
+    with_rviz = [n for n in _evaluate(description, use_sim="false", rviz="true")
+                 if isinstance(n, Node)]
     rviz_here = all(_installed(p) for p in ("rviz2", "robot_state_publisher"))
     assert len(with_rviz) == 3 + 2 * rviz_here
     for bad, message in (({"real_time_factor": "fast"}, "real_time_factor:=fast: parameter "
@@ -157,7 +158,9 @@ def test_grasp_launch_arguments_are_typed_and_checked_before_any_node(installed)
                          ({"num_inference_steps": "2.5"}, "must be an integer"),
                          ({"device": "tpu"}, "must be one of"),
                          ({"use_sim_time": "maybe"}, "use_sim_time:=maybe: expected true or "
-                          "false")):
+                          "false"),
+                         ({"params_file": "/nonexistent.yaml"}, "params_file:=/nonexistent.yaml: "
+                          "cannot be read")):
         with pytest.raises(LaunchArgumentError, match=re.escape(message)):
             _evaluate(description, **bad)
 
@@ -174,3 +177,47 @@ def test_typed_parameters_convert_like_the_node_would_accept():
     assert typed_parameters(PolicyNodeConfig, {"checkpoint": "/a/b", "device": "cpu"}) == {
         "checkpoint": "/a/b", "device": "cpu"}
     assert parse_bool("x", "True") and not parse_bool("x", "0")
+
+
+def _layers(node) -> list:
+    from launch import LaunchContext
+    from launch_ros.utilities import evaluate_parameters
+
+    return [entry if isinstance(entry, dict) else str(entry)
+            for entry in evaluate_parameters(LaunchContext(), node._Node__parameters)]
+
+
+@requires_launch
+@pytest.mark.parametrize("name", ["grasp.launch.py", "sim.launch.py", "rgbd_sync.launch.py"])
+def test_a_params_file_overrides_the_shipped_files_and_the_defaults_not_given_arguments(
+        installed, tmp_path, name):
+    from launch_ros.actions import Node
+
+    from diffusion_policy_ros.launch_support import LaunchArgumentError
+
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("/**/policy_node:\n  ros__parameters:\n    device: cuda\n")
+    given = {"params_file": str(mine), "use_sim_time": "true"}
+    nodes = [n for n in _evaluate(_load(ROOT / "launch" / name), **given) if isinstance(n, Node)]
+    clock = {"use_sim_time", "publish_clock"}  # what use_sim_time sets (sim_node: both)
+    for node in nodes:
+        layers = _layers(node)
+        at = layers.index(str(mine))
+        assert at > 0 and layers[0].endswith(".yaml")  # the shipped file first
+        assert clock & set(layers[at + 1])  # a given argument: after the user's file
+        assert not any(clock & set(layer) for layer in layers[:at] if isinstance(layer, dict))
+    if name == "grasp.launch.py":
+        policy = _layers(next(n for n in nodes if n.node_executable == "policy_node"))
+        at = policy.index(str(mine))
+        # Arguments left at their defaults (the shipped checkpoint, device auto) and the
+        # launch file's own autostart: before the user's file, which overrides them, in a
+        # file under the shipped files' key (rcl lets a later key win over a file's order).
+        defaults = yaml.safe_load(Path(policy[at - 1]).read_text())
+        assert {"checkpoint", "device", "autostart"} <= set(
+            defaults["/**/policy_node"]["ros__parameters"])
+        assert "device" in _layers(next(n for n in _evaluate(
+            _load(ROOT / "launch" / name), params_file=str(mine), device="cpu")
+            if getattr(n, "node_executable", "") == "policy_node"))[-1]
+    (tmp_path / "bad.yaml").write_text("device: cuda\n")
+    with pytest.raises(LaunchArgumentError, match="is not a ROS 2 parameter file"):
+        _evaluate(_load(ROOT / "launch" / name), params_file=str(tmp_path / "bad.yaml"))

@@ -44,6 +44,16 @@ def add_parser(sub) -> None:
                     "lengthen the latency they split (docs/nodes.md)")
     up.add_argument("--ready-timeout", type=float, default=180.0,
                     help="seconds to wait for the nodes and the first action chunk")
+    up.add_argument("--params-file", action="append", default=[], metavar="FILE",
+                    help="your parameter file (ROS 2 --params-file layout, '/**/<node>:' keys "
+                    "as in config/*.yaml), given to every node after its config/<node>.yaml "
+                    "and dpr bringup's defaults, which it overrides; the options you give "
+                    "and the --*-param overrides override it (repeatable, later files win)")
+    up.add_argument("--max-restarts", type=int, default=3, metavar="N",
+                    help="restart a dead rgbd_sync_node or policy_node at most N times in a "
+                    "row (after 1, 2, 4, ... s; a node that ran 60 s starts a new row), "
+                    "then end the run; the exit of any other node ends it at once; 0: any "
+                    "node's exit ends the run (default 3)")
     for flag, node in (("sim", "sim_node"), ("sync", "rgbd_sync_node"),
                        ("policy", "policy_node"), ("tracker", "pd_tracker_node")):
         up.add_argument(f"--{flag}-param", action="append", default=[], metavar="KEY:=VALUE",
@@ -61,5 +71,6 @@ def run(args: argparse.Namespace) -> int:
         out=args.out, device=args.device,
         num_inference_steps=args.num_inference_steps, ready_timeout_s=args.ready_timeout,
         namespace=args.namespace, use_sim_time=args.use_sim_time, rviz=args.rviz,
-        latency_stages=args.latency_stages, sim_params=args.sim_param, sync_params=args.sync_param,
+        latency_stages=args.latency_stages, params_files=args.params_file,
+        max_restarts=args.max_restarts, sim_params=args.sim_param, sync_params=args.sync_param,
         policy_params=args.policy_param, tracker_params=args.tracker_param))

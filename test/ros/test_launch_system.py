@@ -2,15 +2,22 @@
 (skipped with the reason where the ros2 CLI / launch are not installed)."""
 
 import json
+import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 
 import pytest
 from diagnostic_msgs.msg import DiagnosticArray
+from rcl_interfaces.srv import GetParameters
+from rclpy.parameter import parameter_value_to_python
 from rclpy.qos import DurabilityPolicy, QoSProfile
 from std_msgs.msg import String
+from trajectory_msgs.msg import JointTrajectory
+
+from diffusion_policy_ros.ros.conversions import stamp_to_ns
 
 pytestmark = pytest.mark.ros
 LATCHED = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
@@ -45,6 +52,31 @@ def _errors(log: str) -> list[str]:
     return [line for line in log.splitlines() if "ERROR" in line]
 
 
+def _parameters(ros, node: str, names: list[str]) -> dict:
+    client = ros.node.create_client(GetParameters, f"{node}/get_parameters")
+    try:
+        response = ros.call_idempotent(client, GetParameters.Request(names=names),
+                                       what=f"{node}'s parameters")
+    finally:
+        ros.node.destroy_client(client)
+    return {n: parameter_value_to_python(v) for n, v in zip(names, response.values, strict=True)}
+
+
+def _interrupted_cleanly(launch, nodes: int) -> float:
+    """Ctrl-C (SIGINT to the launch's process group, as a terminal sends it): every node
+    finishes with status 0, no traceback, no escalation. Returns the seconds it took."""
+    before = len(launch.log())
+    t0 = time.monotonic()
+    assert launch.interrupt(group=True) == [], launch.log()
+    stopped_s = time.monotonic() - t0
+    after = launch.log()[before:]
+    assert launch.proc.returncode == 0, after
+    assert after.count("process has finished cleanly") == nodes, after
+    for noise in ("Traceback", "KeyboardInterrupt", "process has died", "'SIGTERM'"):
+        assert noise not in after, after
+    return stopped_s
+
+
 def test_an_invalid_argument_stops_the_launch_with_one_line_before_any_node(
         ros2_env, ros2_command):
     launch = _launch(ros2_command, ros2_env, "grasp.launch.py", "real_time_factor:=fast")
@@ -57,16 +89,21 @@ def test_an_invalid_argument_stops_the_launch_with_one_line_before_any_node(
     assert launch.interrupt() == []
 
 
-def test_sim_launch_takes_an_integer_real_time_factor_and_reports_an_unknown_object(
-        ros, ros2_env, ros2_command):
+def test_sim_launch_takes_an_integer_real_time_factor_a_params_file_and_an_unknown_object(
+        ros, ros2_env, ros2_command, tmp_path):
     """`sim.launch.py real_time_factor:=1` killed sim_node (InvalidParameterTypeException).
-    Words naming no object of the scene give a no_target status, not a wrong object."""
+    A params_file overrides sim.yaml, the arguments given override it. Words naming no
+    object of the scene give a no_target status, not a wrong object. Ctrl-C ends it."""
     episodes = []
     ros.node.create_subscription(String, "sim/episode",
                                  lambda m: episodes.append(json.loads(m.data)), LATCHED)
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("/**/sim_node:\n  ros__parameters:\n    real_time_factor: 2.0\n"
+                    "    time_limit_s: 7.5\n")
     launch = _launch(ros2_command, ros2_env, "sim.launch.py", "real_time_factor:=1",
-                     "sim_instructions:=false")
+                     "sim_instructions:=false", f"params_file:={mine}")
     assert _param(ros2_env, "/sim_node", "real_time_factor") == "Double value is: 1.0"
+    assert _parameters(ros, "/sim_node", ["time_limit_s"]) == {"time_limit_s": 7.5}
     launch.wait_for(lambda log: "real-time factor 1," in log, 30.0, "sim_node ready")
     ros.spin_until(lambda: episodes, 30.0, "sim/episode")
     assert episodes[-1]["status"] == "waiting_for_instruction", episodes
@@ -79,7 +116,7 @@ def test_sim_launch_takes_an_integer_real_time_factor_and_reports_an_unknown_obj
                    lambda: f"no_target: {episodes}")
     assert "'pick up the orange cone' names no object of the scene" in episodes[-1]["detail"]
     assert "Traceback" not in launch.log() and not _errors(launch.log())
-    assert launch.interrupt() == [], launch.log()
+    _interrupted_cleanly(launch, nodes=1)
 
 
 def test_namespaced_grasp_launch_applies_its_edited_parameter_files_and_survives_rviz(
@@ -212,3 +249,62 @@ def test_readme_instruction_makes_the_simulated_arm_lift_the_red_cube(
     assert [e for e in _errors(launch.log()) if any(n in e for n in normal)] == []
     assert launch.interrupt() == [], launch.log()
     assert launch.log().count("process has finished cleanly") == 4, launch.log()
+
+
+@pytest.mark.slow
+def test_grasp_launch_respawns_a_killed_sync_node_takes_a_params_file_and_stops_on_ctrl_c(
+        ros, ros2_env, ros2_command, tiny_checkpoint, tmp_path):
+    """rgbd_sync_node killed: respawned while the tracker holds the arm, chunks flow again.
+    The user's params_file overrides the shipped files and the arguments left at their
+    defaults (checkpoint), not the ones given (device). One Ctrl-C ends every node."""
+    modes: list[str] = []
+
+    def on_diagnostics(msg):
+        modes.extend(kv.value for s in msg.status if s.name.startswith("pd_tracker_node")
+                     for kv in s.values if kv.key == "mode")
+    ros.node.create_subscription(DiagnosticArray, "/diagnostics", on_diagnostics,
+                                 QoSProfile(depth=50))
+    stamps: list[int] = []
+    ros.node.create_subscription(JointTrajectory, "policy/action_chunk",
+                                 lambda msg: stamps.append(stamp_to_ns(msg.header.stamp)),
+                                 QoSProfile(depth=10))
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(f"/**/policy_node:\n  ros__parameters:\n    checkpoint: {tiny_checkpoint}\n"
+                    "    device: cuda\n/**/sim_node:\n  ros__parameters:\n"
+                    "    time_limit_s: 600.0\n")  # one episode: no reset moves the arm
+    launch = _launch(ros2_command, ros2_env, "grasp.launch.py", f"params_file:={mine}",
+                     "device:=cpu", "sim_instructions:=true")
+    ros.spin_until(lambda: "tracking" in modes, 180.0,
+                   lambda: f"chunks tracked: {modes}\n{launch.log()[-4000:]}")
+    assert _parameters(ros, "/policy_node", ["checkpoint", "device"]) == {
+        "checkpoint": str(tiny_checkpoint), "device": "cpu"}
+    assert _parameters(ros, "/sim_node", ["time_limit_s"]) == {"time_limit_s": 600.0}
+
+    started = r"\[rgbd_sync_node-2\]: process started with pid \[(\d+)\]"
+    pid = int(re.search(started, launch.log()).group(1))
+    seen = len(modes)
+    killed_ns = time.time_ns()
+    os.kill(pid, signal.SIGKILL)
+    ros.spin_until(lambda: "holding" in modes[seen:], 20.0,
+                   lambda: f"the tracker holding the arm: {modes[seen:]}")
+    launch.wait_for(lambda log: len(re.findall(started, log)) == 2, 30.0, "the respawn")
+    assert re.search(r"rgbd_sync_node exited \(signal SIGKILL\) after [\d.]+ s: restarting it "
+                     r"in 1\.0 s \(restart 1; 1 in a row of at most 3\)", launch.log())
+    ros.spin_until(lambda: stamps and stamps[-1] > killed_ns, 60.0,
+                   lambda: f"chunks on new observations\n{launch.log()[-4000:]}")
+    seen = len(modes)
+    ros.spin_until(lambda: "tracking" in modes[seen:], 10.0,
+                   lambda: f"chunks tracked again: {modes[seen:]}")
+    assert _interrupted_cleanly(launch, nodes=4) < 5.0
+    assert "Traceback" not in launch.log(), launch.log()
+
+
+@pytest.mark.slow
+def test_ctrl_c_ends_the_launched_nodes_at_once_on_a_busy_machine(
+        ros2_env, ros2_command, tiny_checkpoint, cpu_burners):
+    """Two CPU burners per core: the nodes still end within launch's 5 s before SIGTERM (the
+    policy's interpreter teardown with torch alone took 2-5 s of it on a busy machine)."""
+    launch = _launch(ros2_command, ros2_env, "grasp.launch.py", "use_sim:=false",
+                     f"checkpoint:={tiny_checkpoint}", "device:=cpu")
+    launch.wait_for(lambda log: "active: acting" in log, 120.0, "policy_node active")
+    assert _interrupted_cleanly(launch, nodes=3) < 5.0

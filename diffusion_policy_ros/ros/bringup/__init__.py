@@ -6,7 +6,8 @@ Modules, from the bottom up:
   (``validate``, ``BringupError``: exit status 2).
 - ``graph``: ``NodeSpec`` and ``node_specs``: the nodes ``launch/grasp.launch.py``
   starts, with the same parameter files and launch-argument defaults, as commands.
-- ``supervisor``: ``NodeProcesses``: one process per node, stopped by PID.
+- ``supervisor``: ``NodeProcesses``: one process per node, a dead ``rgbd_sync_node`` or
+  ``policy_node`` started again (the rule of ``ros.processes``), all stopped by PID.
 - ``statistics``: rates and figures of a run (``summarize``, ``format_summary``).
 - ``commander``: ``GraspCommander``, the public Python API to a running graph
   (whoever started it: ``dpr bringup``, ``ros2 launch`` or a real robot's bring-up):

@@ -57,6 +57,13 @@ class CommanderStopped(Exception):
     """The drive must end: a stop was requested, a node exited, or the graph did not answer."""
 
 
+def _count(entry: dict, message: str, most: int = 3) -> None:
+    """One more status in ``entry``; its message kept if new and among the first ``most``."""
+    entry["count"] += 1
+    if message not in entry["messages"] and len(entry["messages"]) < most:
+        entry["messages"].append(message)
+
+
 def _object_names() -> list[str]:
     from diffusion_policy_ros.sim.scene import find_objects, load_model
 
@@ -114,9 +121,13 @@ class GraspCommander:
         self.diag_counts: dict[str, int] = {}
         self.diag_messages: dict[str, str] = {}
         self.diag_errors: dict[str, bool] = {}
-        #: ERROR statuses per node once the graph is ready (start-up faults such as the
-        #: tracker's "no joint_states yet" are expected and not counted), first messages.
-        self.errors_after_ready: dict[str, dict] = {}
+        #: ERROR statuses per node from the first /diagnostics message on: ``count``, how
+        #: many came ``before_ready`` (``wait_until_ready``), the first ``messages``.
+        self.errors: dict[str, dict] = {}
+        #: WARN statuses per node before the graph was ready (``count``, the first
+        #: ``messages``): the states a node passes through while the graph comes up
+        #: (waiting for joint_states, no chunks yet, the sim below real time).
+        self.startup_warnings: dict[str, dict] = {}
         self.ready = False
         self.episodes: dict[int, dict] = {}  # episode number -> latest sim/episode report
         self.resets_started_by_report = 0  # see reset_episode
@@ -237,11 +248,14 @@ class GraspCommander:
             self.diagnostics[name] = values
             self.diag_messages[name] = status.message
             self.diag_errors[name] = error
-            if self.ready and error:
-                entry = self.errors_after_ready.setdefault(name, {"count": 0, "messages": []})
-                entry["count"] += 1
-                if status.message not in entry["messages"] and len(entry["messages"]) < 5:
-                    entry["messages"].append(status.message)
+            if error:
+                entry = self.errors.setdefault(name, {"count": 0, "before_ready": 0,
+                                                      "messages": []})
+                entry["before_ready"] += not self.ready
+                _count(entry, status.message)
+            elif status.level == DiagnosticStatus.WARN and not self.ready:
+                _count(self.startup_warnings.setdefault(name, {"count": 0, "messages": []}),
+                       status.message)
             self.diag_counts[name] = self.diag_counts.get(name, 0) + 1
             if name == "pd_tracker_node":
                 p99 = finite_or_none(values.get("period_error_ms_p99"))

@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 from diffusion_policy_ros.config import SHIPPED_CHECKPOINT
+from diffusion_policy_ros.launch_support import params_file_problem
 
 _OVERRIDE = re.compile(r"^[A-Za-z_][\w.]*:=.*$", re.DOTALL)
 
@@ -32,6 +33,8 @@ class Options:
     use_sim_time: bool = False
     rviz: bool = False
     latency_stages: bool = False
+    params_files: list[str] = dataclasses.field(default_factory=list)
+    max_restarts: int = 3
     sim_params: list[str] = dataclasses.field(default_factory=list)
     sync_params: list[str] = dataclasses.field(default_factory=list)
     policy_params: list[str] = dataclasses.field(default_factory=list)
@@ -81,6 +84,12 @@ def validate(opts: Options) -> str:
             raise BringupError("--switch-after must be > 0 s")
     if opts.num_inference_steps < 0:
         raise BringupError("--num-inference-steps must be >= 0 (0 = the checkpoint's)")
+    if opts.max_restarts < 0:
+        raise BringupError("--max-restarts must be >= 0 (0: any node's exit ends the run)")
+    for path in opts.params_files:
+        problem = params_file_problem(path)
+        if problem:
+            raise BringupError(f"--params-file {path} {problem}")
     for pair in (*opts.sim_params, *opts.sync_params, *opts.policy_params, *opts.tracker_params):
         check_override(pair)
     if opts.namespace and not re.fullmatch(r"/?[A-Za-z][\w/]*", opts.namespace):

@@ -10,8 +10,13 @@ sim time over the episodes (``statistics``; Linux ``/proc``). ``--out DIR`` writ
 ``--episodes``, per episode ``episode_<seed>.gif`` (camera view with the predicted
 end-effector path) and ``episode_<seed>.png`` (joint references vs measured, chunk
 arrivals and latency; ``ros/episode_recorder.py``). Children are stopped by PID with
-SIGTERM (SIGKILL after 10 s) when the run ends, is interrupted, or a child exits on
-its own.
+SIGTERM (SIGKILL after 10 s) when the run ends or is interrupted (Ctrl-C reaches this
+process only: each child has a process group of its own). A dead ``rgbd_sync_node`` or
+``policy_node`` is started again (``supervisor``, the rule of ``ros.processes``: at most
+``--max-restarts`` in a row, after 1, 2, 4 ... s) while the tracker holds the arm; the
+exit of any other node, or of one out of restarts, ends the run with that reason.
+The summary counts the restarts per node and every ERROR on ``/diagnostics`` from the
+first message on, the start-up WARN states apart.
 
 ``--instruction TEXT`` replaces the sim's instruction: this process publishes TEXT
 (latched) at start-up and after each reset; the sim scores the object TEXT names
@@ -43,6 +48,7 @@ from diffusion_policy_ros.ros.bringup.options import BringupError, Options, vali
 from diffusion_policy_ros.ros.bringup.statistics import format_summary, percentiles, summarize
 from diffusion_policy_ros.ros.bringup.supervisor import NodeProcesses
 from diffusion_policy_ros.ros.dds_profiles import namespace_ros_args, use_package_dds_profiles
+from diffusion_policy_ros.ros.processes import RestartPolicy
 
 STATUS_PERIOD_S = 10.0
 
@@ -96,6 +102,7 @@ def _run_episodes(commander, opts: Options, records: list[dict], processes,
     the recorder's writing included)."""
     wall_limit_s = commander.episode_wall_limit_s()
     cpu_before, clock_before_s = _cpu_snapshot(processes, commander)
+    pids_before = processes.pids()
     for index in range(opts.episodes):
         record = {"index": index, **commander.run_episode(
             opts.instruction, opts.switch_after_s, wall_limit_s,
@@ -109,6 +116,9 @@ def _run_episodes(commander, opts: Options, records: list[dict], processes,
               f"{record['elapsed_s']:.2f} s sim, {record['wall_s']:.1f} s wall, "
               f"{record['chunks']} chunks", flush=True)
     cpu_after, clock_after_s = _cpu_snapshot(processes, commander)
+    for name, pid in processes.pids().items():  # a restarted node's CPU is not comparable
+        if pids_before.get(name) != pid:
+            cpu_after[name] = None
     cpu.update(cpu_per_sim_second(cpu_before, cpu_after, clock_after_s - clock_before_s) or {})
 
 
@@ -123,7 +133,7 @@ def _give_startup_episode_its_instruction(commander, timeout_s: float) -> None:
     commander.instruct(commander.seed_instruction(seed))
 
 
-def _run_forever(commander) -> None:
+def _run_forever(commander, processes) -> None:
     next_status = time.monotonic() + STATUS_PERIOD_S
     while True:
         commander.spin_until(lambda: False, max(0.0, next_status - time.monotonic()))
@@ -132,10 +142,13 @@ def _run_forever(commander) -> None:
         tracker = commander.diagnostics.get("pd_tracker_node", {})
         current = commander.episodes.get(max(commander.episodes, default=0), {})
         lat = percentiles(recent)
+        restarts = {name: n for name, n in processes.restarts().items() if n}
         print(f"[{time.strftime('%H:%M:%S')}] chunks {len(recent) / STATUS_PERIOD_S:.1f}/s, "
-              f"latency p50 {lat['p50']} ms; tracker period error p99 "
-              f"{tracker.get('period_error_ms_p99', '?')} ms; episode "
-              f"{current.get('episode', '-')} {current.get('status', '-')}", flush=True)
+              f"latency p50 {lat['p50']} ms; tracker {tracker.get('mode', '?')}, period "
+              f"error p99 {tracker.get('period_error_ms_p99', '?')} ms; episode "
+              f"{current.get('episode', '-')} {current.get('status', '-')}"
+              + ("; restarts " + ", ".join(f"{n} {k}" for n, k in restarts.items())
+                 if restarts else ""), flush=True)
 
 
 def run(opts: Options) -> int:
@@ -152,7 +165,8 @@ def run(opts: Options) -> int:
         rviz_dir = out if out else Path(tempfile.mkdtemp(prefix="dpr-bringup-"))
         rviz_dir.mkdir(parents=True, exist_ok=True)
     specs = node_specs(opts, checkpoint, rviz_dir)
-    processes = NodeProcesses(specs, out / "logs" if out else None)
+    processes = NodeProcesses(specs, out / "logs" if out else None,
+                              RestartPolicy(max_in_a_row=opts.max_restarts))
 
     signalled: list[str] = []  # set by the handler, acted on between spins
     previous = {sig: signal.signal(sig, lambda signum, frame: signalled.append(
@@ -175,7 +189,7 @@ def run(opts: Options) -> int:
         rclpy.init(args=[], signal_handler_options=SignalHandlerOptions.NO)
         commander = GraspCommander(
             namespace=opts.namespace, use_sim_time=opts.use_sim_time,
-            stop_reason=lambda: signalled[0] if signalled else processes.exit_reason(),
+            stop_reason=lambda: signalled[0] if signalled else processes.supervise(),
             record_media=out is not None and opts.episodes is not None, node_name="dpr_bringup",
             latency_stages=opts.latency_stages)
         if opts.instruction is not None:
@@ -189,7 +203,7 @@ def run(opts: Options) -> int:
                     required=opts.episodes is not None)
         if opts.episodes is None:
             print("running; Ctrl-C or SIGTERM stops all nodes", flush=True)
-            _run_forever(commander)
+            _run_forever(commander, processes)
         else:
             _run_episodes(commander, opts, records, processes, cpu)
             commander.fresh_diagnostics(["policy_node", "pd_tracker_node"])
@@ -203,7 +217,8 @@ def run(opts: Options) -> int:
                          episode_stages=list(commander.episode_latency_stages_ms),
                          stages=commander.stages_ms(range(len(commander.chunks))),
                          tracker_p99=list(commander.tracker_p99), ended=list(commander.ended),
-                         errors=dict(commander.errors_after_ready),
+                         errors=dict(commander.errors),
+                         startup_warnings=dict(commander.startup_warnings),
                          resets_started_by_report=commander.resets_started_by_report)
                     if commander is not None else None)
         if commander is not None:
@@ -239,12 +254,16 @@ def run(opts: Options) -> int:
         "checkpoint": checkpoint,
         "instruction_override": opts.instruction,
         "sim": opts.sim,
+        "restarts": processes.restarts(),
         "processes": {spec.name: {"pid": processes.pids()[spec.name], "module": spec.module,
                                   "args": spec.ros_args,
                                   "exit_status": return_codes.get(spec.name),
-                                  "exited_early": spec.name in exited_early}
+                                  "exited_early": spec.name in exited_early,
+                                  "restarts": processes.restarts().get(spec.name, 0),
+                                  "exits": processes.exits[spec.name]}
                       for spec in specs},
         "diagnostics_errors": snapshot["errors"],
+        "diagnostics_startup_warnings": snapshot["startup_warnings"],
         "diagnostics": snapshot["diagnostics"],
     }
     print(format_summary(summary), flush=True)

@@ -164,7 +164,29 @@ def format_summary(summary: dict) -> str:
     if cpu:
         lines.append("CPU over the episodes, core-seconds per sim second: " + ", ".join(
             f"{name} {value:.2f}" for name, value in cpu.items()))
-    errors = summary.get("diagnostics_errors") or {}
-    lines.append("ERROR on /diagnostics after start-up: " + ("none" if not errors else "; ".join(
-        f"{node} x{e['count']} ({' | '.join(e['messages'])})" for node, e in errors.items())))
+    restarts = {node: n for node, n in (summary.get("restarts") or {}).items() if n}
+    if restarts:
+        exits = {node: p.get("exits", []) for node, p in (summary.get("processes") or {}).items()}
+        lines.append("node restarts: " + "; ".join(
+            f"{node} x{n}" + (f" (exited: {', '.join(exits[node])})" if exits.get(node) else "")
+            for node, n in restarts.items()))
+    lines.append(f"ERROR on /diagnostics from start-up on: {format_errors(summary)}")
+    warnings = summary.get("diagnostics_startup_warnings") or {}
+    if warnings:
+        lines.append("start-up states (WARN on /diagnostics before the graph was ready, "
+                     "expected): " + "; ".join(f"{node} x{w['count']}: "
+                                              f"{' | '.join(w['messages'])}"
+                                              for node, w in warnings.items()))
     return "\n".join(lines)
+
+
+def format_errors(summary: dict) -> str:
+    """Every ERROR status per node, from the first /diagnostics message on, saying how
+    many came before the graph was ready."""
+    errors = summary.get("diagnostics_errors") or {}
+    if not errors:
+        return "none"
+    return "; ".join(
+        f"{node} x{e['count']}"
+        + (f" ({e['before_ready']} before the graph was ready)" if e.get("before_ready") else "")
+        + f": {' | '.join(e['messages'])}" for node, e in errors.items())

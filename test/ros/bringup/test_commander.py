@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from builtin_interfaces.msg import Time
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import CameraInfo, PointCloud2
 from trajectory_msgs.msg import JointTrajectory
@@ -158,3 +159,24 @@ def test_the_latency_by_hop_from_each_hops_publication_time():
         assert stages == pytest.approx({"frame": 9.0, "sync": 7.0, "policy": 13.0,
                                         "delivery": 1.0})
         assert sum(stages.values()) == pytest.approx(commander.chunks[0][1])
+
+
+def _status(level: bytes, message: str) -> DiagnosticArray:
+    return DiagnosticArray(status=[DiagnosticStatus(level=level, message=message,
+                                                    name="pd_tracker_node: pd tracker")])
+
+
+@pytest.mark.ros
+def test_errors_count_from_the_first_diagnostics_and_start_up_warnings_apart():
+    """An ERROR before the graph is ready counts (a tracker fault at start-up is one);
+    the WARN states of start-up are kept apart, as expected ones."""
+    with GraspCommander(node_name="diagnostics_commander") as commander:
+        commander._on_diagnostics(_status(DiagnosticStatus.WARN, "waiting for joint_states"))
+        commander._on_diagnostics(_status(DiagnosticStatus.ERROR, "fault: joint_states stale"))
+        commander.ready = True
+        commander._on_diagnostics(_status(DiagnosticStatus.ERROR, "fault: joint_states stale"))
+        commander._on_diagnostics(_status(DiagnosticStatus.WARN, "loop at 400 Hz"))
+        assert commander.errors == {"pd_tracker_node": {
+            "count": 2, "before_ready": 1, "messages": ["fault: joint_states stale"]}}
+        assert commander.startup_warnings == {"pd_tracker_node": {
+            "count": 1, "messages": ["waiting for joint_states"]}}

@@ -76,3 +76,26 @@ def test_namespace_sim_time_and_rviz_as_the_launch_arguments(tmp_path):
     assert "<robot" in params["robot_state_publisher"]["ros__parameters"]["robot_description"]
     assert not any(s.ours for s in specs[-2:]) and all(s.ours for s in specs[:-2])
 
+
+
+def test_a_params_file_goes_after_the_defaults_and_before_what_was_asked_for(tmp_path):
+    """As grasp.launch.py params_file:=: it overrides the shipped files and what dpr bringup
+    only defaults to; the options given and the --*-param overrides override it."""
+    mine = str(tmp_path / "mine.yaml")
+    policy = _args(node_specs(Options(params_files=[mine], device="cpu",
+                                      policy_params=["seed:=1"]), "ck"), "policy_node")
+    at = policy.index(mine)
+    assert policy[:2] == ["--params-file", str(CONFIG_DIR / "policy_node.yaml")]
+    # The defaults in a file under the shipped files' key (rcl lets the key of -p, /**,
+    # win over a /**/policy_node entry of the user's file, whatever the order).
+    assert policy[at - 3] == policy[at - 1] == "--params-file"
+    defaults = yaml.safe_load(Path(policy[at - 2]).read_text())["/**/policy_node"]
+    assert defaults["ros__parameters"] == {"checkpoint": "ck", "num_inference_steps": 0,
+                                           "use_sim_time": False}
+    for asked in ("device:=cpu", "autostart:=true"):
+        assert policy.index(asked) > at
+    assert policy[-2:] == ["-p", "seed:=1"]
+    sim = _args(node_specs(Options(params_files=[mine], use_sim_time=True, episodes=1),
+                           "ck"), "sim_node")
+    for asked in ("use_sim_time:=true", "publish_clock:=true", "auto_reset:=false"):
+        assert sim.index(asked) > sim.index(mine)

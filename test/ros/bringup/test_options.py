@@ -17,6 +17,8 @@ from diffusion_policy_ros.ros.bringup.options import BringupError, Options
     (Options(episodes=1, switch_after_s=0.0), "> 0 s"),
     (Options(sim_params=["time_limit_s=5"]), "KEY:=VALUE"),
     (Options(checkpoint="/nonexistent/ckpt"), "no such directory"),
+    (Options(params_files=["/nonexistent/mine.yaml"]), "mine.yaml cannot be read"),
+    (Options(max_restarts=-1), "must be >= 0"),
 ])
 def test_bad_options_are_refused(opts, match, tmp_path):
     if opts.checkpoint is None:

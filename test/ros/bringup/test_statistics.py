@@ -23,10 +23,7 @@ def test_summary_figures():
     assert empty["success_rate"] is None and empty["chunk_latency_ms"]["p50"] is None
     assert "n/a" in format_summary({**empty, "episodes_requested": 1})
     assert "grasp retries n/a" in format_summary(empty)
-    text = format_summary({**empty, "diagnostics_errors": {
-        "pd_tracker_node": {"count": 2, "messages": ["fault: joint_states stale"]}}})
-    assert "pd_tracker_node x2 (fault: joint_states stale)" in text
-    assert "after start-up: none" in format_summary(empty)
+    assert "ERROR on /diagnostics from start-up on: none" in format_summary(empty)
     assert "by hop" not in format_summary(empty)  # no stages measured: no line
 
 
@@ -73,3 +70,27 @@ def test_the_cpu_line_names_each_process_per_sim_second():
     assert ("CPU over the episodes, core-seconds per sim second: sim_node 1.18, "
             "policy_node 0.41, total 1.59") in format_summary(summary)
     assert "CPU over" not in format_summary({**summary, "cpu_core_s_per_sim_s": None})
+
+
+def test_errors_count_from_start_up_on_and_start_up_warnings_are_told_apart():
+    summary = {**summarize([], [], {}, None), "diagnostics_errors": {
+        "pd_tracker_node": {"count": 3, "before_ready": 2,
+                            "messages": ["fault: joint_states stale"]},
+        "policy_node": {"count": 1, "before_ready": 0, "messages": ["stale observation"]}},
+        "diagnostics_startup_warnings": {"pd_tracker_node": {
+            "count": 4, "messages": ["waiting for joint_states"]}}}
+    text = format_summary(summary)
+    assert ("ERROR on /diagnostics from start-up on: pd_tracker_node x3 (2 before the graph "
+            "was ready): fault: joint_states stale; policy_node x1: stale observation") in text
+    assert ("start-up states (WARN on /diagnostics before the graph was ready, expected): "
+            "pd_tracker_node x4: waiting for joint_states") in text
+    assert "start-up states" not in format_summary(summarize([], [], {}, None))
+
+
+def test_the_restarts_line_names_each_node_and_how_it_exited():
+    summary = {**summarize([], [], {}, None), "restarts": {"rgbd_sync_node": 1, "policy_node": 0},
+               "processes": {"rgbd_sync_node": {"exits": ["signal SIGKILL after 40.2 s"]},
+                             "policy_node": {"exits": []}}}
+    assert "node restarts: rgbd_sync_node x1 (exited: signal SIGKILL after 40.2 s)" \
+        in format_summary(summary)
+    assert "node restarts" not in format_summary({**summary, "restarts": {"policy_node": 0}})
