@@ -21,13 +21,25 @@ which keeps the shading. Everything else (arm, table, floor) stays as it is.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from diffusion_policy_ros.sim.task import COLOUR_WORDS
+from diffusion_policy_ros.sim.task import COLOUR_WORDS, describe
 
 _EPS = 0.02
+
+SCENE_OBJECT_RGB = {
+    "red_cube": (0.85, 0.1, 0.1),
+    "green_cube": (0.1, 0.7, 0.15),
+    "blue_cube": (0.1, 0.25, 0.9),
+    "yellow_cylinder": (0.95, 0.85, 0.1),
+    "purple_cylinder": (0.6, 0.2, 0.75),
+}
+"""Base colour (rgb in [0, 1]) of every graspable object of the shipped scene, by name
+(``<colour>_<shape>``), apart from the simulator: training reads no MuJoCo model.
+``sim/assets/arm.xml`` is the source; test/learning/test_augmentation.py keeps the two
+equal."""
 
 
 class ColourSwap:
@@ -48,15 +60,14 @@ class ColourSwap:
         self._word_re = re.compile(r"\b(" + "|".join(sorted(self._word_colour)) + r")\b")
 
     @classmethod
-    def from_model(cls, model, **thresholds) -> ColourSwap:
-        """Classes and groups from the graspable objects of an arm model (``<colour>_<shape>``)."""
-        from diffusion_policy_ros.sim.scene import find_objects
-        from diffusion_policy_ros.sim.task import describe
-
+    def from_objects(cls, object_rgb: Mapping[str, Sequence[float]] = SCENE_OBJECT_RGB,
+                     **thresholds) -> ColourSwap:
+        """Classes and groups from objects named ``<colour>_<shape>`` and their base
+        colours (default: the shipped scene's)."""
         base, by_shape = {}, {}
-        for obj in find_objects(model):
-            colour, shape = describe(obj.name)
-            base[colour] = model.geom_rgba[obj.geom_id][:3].tolist()
+        for name, rgb in object_rgb.items():
+            colour, shape = describe(name)
+            base[colour] = list(rgb)[:3]
             by_shape.setdefault(shape, []).append(colour)
         return cls(base, list(by_shape.values()), **thresholds)
 

@@ -18,8 +18,9 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from diffusion_policy_ros.description import TOOL_LINK, URDF_PATH
 from diffusion_policy_ros.learning.augmentation import ColourSwap
-from diffusion_policy_ros.learning.episode_bag import EpisodeRecord, read_episode
+from diffusion_policy_ros.learning.episode_bag import JOINT_NAMES, EpisodeRecord, read_episode
 from diffusion_policy_ros.policy.configuration_diffusion import DiffusionPolicyConfig
 from diffusion_policy_ros.policy.features import (
     ACTION,
@@ -32,6 +33,11 @@ from diffusion_policy_ros.policy.features import (
     POINTS_RGB,
     POINTS_XYZ,
     STATE,
+)
+from diffusion_policy_ros.policy.kinematics import (
+    SerialChainKinematics,
+    urdf_chain,
+    urdf_kinematics,
 )
 from diffusion_policy_ros.policy.normalizer import min_max_stats
 
@@ -90,23 +96,33 @@ def grasp_state(episode: EpisodeRecord, closed_fraction: float = 0.5) -> np.ndar
     return episode.joint_positions[grasp_index(episode, closed_fraction)].astype(np.float32)
 
 
-@functools.cache
-def _arm_fk():
-    from diffusion_policy_ros.sim.ik import TcpIk
-    from diffusion_policy_ros.sim.scene import load_model
+ARM_JOINT_NAMES = JOINT_NAMES[:6]
+"""The arm's joints (the recorded joint states' first six values)."""
 
-    return TcpIk(load_model())
+
+def arm_chain() -> dict[str, np.ndarray]:
+    """The arm's kinematic chain base_link -> ``ARM_JOINT_NAMES`` -> tool centre point, from
+    the robot description (``description/arm.urdf``): what a policy's kinematics are set
+    to when it trains, and the labels below are computed with."""
+    return urdf_chain(URDF_PATH, ARM_JOINT_NAMES, TOOL_LINK)
+
+
+@functools.cache
+def _arm_fk() -> SerialChainKinematics:
+    return urdf_kinematics(URDF_PATH, ARM_JOINT_NAMES, TOOL_LINK)
 
 
 def tool_positions(joint_states) -> np.ndarray:
     """E joint states (>= 6 values, arm joints first) -> (E, 3) float32 tool centre points
     in base_link (m).
 
-    Forward kinematics of the arm model (``sim/assets``, the same kinematics as the
-    robot's URDF): the label of the grounding loss, again only from recorded joints.
+    Forward kinematics of the robot description (float64, as the robot's): the label of
+    the grounding loss, again only from recorded joints.
     """
-    fk = _arm_fk()
-    return np.array([fk.forward(q[:6])[0] for q in joint_states], np.float32).reshape(-1, 3)
+    q = np.asarray(joint_states, np.float64)
+    if len(q) == 0:
+        return np.zeros((0, 3), np.float32)
+    return _arm_fk().tool_positions(q[:, :6]).astype(np.float32)
 
 
 APPROACH_RADIUS_M = 0.05

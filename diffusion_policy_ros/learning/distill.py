@@ -29,8 +29,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import hashlib
-import json
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -49,13 +47,19 @@ from diffusion_policy_ros.learning.dataset import (
     split_episodes,
 )
 from diffusion_policy_ros.learning.distill_config import DistillConfig
+from diffusion_policy_ros.learning.training_loop import (
+    JsonLog,
+    LoopConfig,
+    TrainingLoop,
+    loss_summary,
+    open_local_run,
+)
 from diffusion_policy_ros.policy.checkpoint import load_checkpoint, save_checkpoint
 from diffusion_policy_ros.policy.configuration_diffusion import (
     policy_config_from_dict,
     policy_config_to_dict,
 )
 from diffusion_policy_ros.policy.consistency import ConsistencySchedule
-from diffusion_policy_ros.policy.devices import resolve_device
 from diffusion_policy_ros.policy.features import ACTION, STATE
 from diffusion_policy_ros.policy.language import LanguageEmbedder
 from diffusion_policy_ros.policy.modeling_diffusion import DiffusionPolicy
@@ -328,11 +332,7 @@ def distill(teacher_dir: str | Path, data_dirs: Sequence[str | Path], config: Di
     """Distil the checkpoint in ``teacher_dir`` on the episodes of ``data_dirs``; return the
     student's checkpoint directory (``out/checkpoint``)."""
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    device = resolve_device(config.device)
-    if config.num_threads:
-        torch.set_num_threads(config.num_threads)
-    torch.manual_seed(config.seed)
+    device = open_local_run(out, config.device, config.num_threads, config.seed).device
     teacher, teacher_meta = load_checkpoint(teacher_dir)
     if teacher.config.sampler != "ddim":
         raise ValueError(f"{teacher_dir} is already a consistency student; distil from the "
@@ -368,10 +368,7 @@ def distill(teacher_dir: str | Path, data_dirs: Sequence[str | Path], config: Di
                                      teacher.consistency_schedule.to(device))
     optimizer, schedule = student_optimizer(distiller, config)
     generator = torch.Generator(device=device).manual_seed(config.seed)
-
-    def log(record: dict) -> None:
-        with open(out / "log.jsonl", "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(record) + "\n")
+    log = JsonLog(out / "log.jsonl")
 
     # The target network, on the teacher's encoders, is what gets evaluated and saved.
     evaluated = DiffusionPolicy(student.config)
@@ -382,40 +379,38 @@ def distill(teacher_dir: str | Path, data_dirs: Sequence[str | Path], config: Di
     def validation(step: int) -> dict:
         figures = chunk_agreement(evaluated, teacher, val_set,
                                   sorted({1, 2, 4, config.sampling_steps}), seed=config.seed)
-        log({"step": step, "val": figures})
+        log.write({"step": step, "val": figures})
         return figures
 
-    start = time.monotonic()
+    def checkpoint(step: int, last: bool) -> None:
+        """The target network as a checkpoint at every validation (so a long run can be
+        evaluated while it goes on) and at the end."""
+        figures = validation(step)
+        extra = {"final": last, "distill": {
+            "teacher": str(Path(teacher_dir).resolve()),
+            "teacher_weights_sha256": teacher_meta.get("weights_sha256"),
+            "config": dataclasses.asdict(config), "steps_done": step,
+            "train_samples": len(train_set), **loss_summary(losses), "val_before": initial,
+            "val_after": figures, "wall_s": loop.elapsed_s}}
+        save_checkpoint(evaluated, out / "checkpoint", dataset_id=dataset_id,
+                        dataset_hash=fingerprint, extra=extra)
+
+    loop = TrainingLoop(LoopConfig(config.steps, config.val_every, config.max_minutes),
+                        checkpoint, progress=progress, desc="distill")
     initial = validation(0)
     losses: list[float] = []
 
-    def save(steps_done: int, figures: dict, final: bool) -> Path:
-        """The target network as a checkpoint (also at every validation, so a long run can
-        be evaluated while it goes on)."""
-        extra = {"final": final, "distill": {
-            "teacher": str(Path(teacher_dir).resolve()),
-            "teacher_weights_sha256": teacher_meta.get("weights_sha256"),
-            "config": dataclasses.asdict(config), "steps_done": steps_done,
-            "train_samples": len(train_set), "loss_first_50": float(np.mean(losses[:50])),
-            "loss_last_50": float(np.mean(losses[-50:])), "val_before": initial,
-            "val_after": figures, "wall_s": time.monotonic() - start}}
-        return save_checkpoint(evaluated, out / "checkpoint", dataset_id=dataset_id,
-                               dataset_hash=fingerprint, extra=extra)
-
-    bar = tqdm(range(config.steps), desc="distill", unit="step", disable=not progress)
-    step = 0
-    for step in bar:
+    def distillation(index: int) -> dict | None:
         loss, rate = distillation_step(distiller, optimizer, schedule, train_set, anchors,
-                                       config, step, generator)
+                                       config, index, generator)
         losses.append(loss)
-        if (step + 1) % config.log_every == 0:
-            record = {"step": step + 1, "loss": float(np.mean(losses[-config.log_every:])),
-                      "target_ema": rate, "lr": schedule.get_last_lr()[0],
-                      "elapsed_s": time.monotonic() - start}
-            log(record)
-            bar.set_postfix(loss=f"{record['loss']:.4f}")
-        if (step + 1) % config.val_every == 0 and step + 1 < config.steps:
-            save(step + 1, validation(step + 1), final=False)
-        if config.max_minutes and time.monotonic() - start > 60 * config.max_minutes:
-            break
-    return save(step + 1, validation(step + 1), final=True)
+        if (index + 1) % config.log_every:
+            return None
+        record = {"step": index + 1, "loss": float(np.mean(losses[-config.log_every:])),
+                  "target_ema": rate, "lr": schedule.get_last_lr()[0],
+                  "elapsed_s": loop.elapsed_s}
+        log.write(record)
+        return {"loss": f"{record['loss']:.4f}"}
+
+    loop.run(distillation)
+    return out / "checkpoint"

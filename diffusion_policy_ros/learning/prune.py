@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -37,7 +36,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812
 from diffusers.training_utils import EMAModel
-from tqdm import tqdm
 
 from diffusion_policy_ros.learning import distill as distill_module
 from diffusion_policy_ros.learning.distill import (
@@ -51,13 +49,19 @@ from diffusion_policy_ros.learning.distill import (
 )
 from diffusion_policy_ros.learning.distill_config import DistillConfig
 from diffusion_policy_ros.learning.prune_config import PruneConfig
+from diffusion_policy_ros.learning.training_loop import (
+    JsonLog,
+    LoopConfig,
+    TrainingLoop,
+    loss_summary,
+    open_local_run,
+)
 from diffusion_policy_ros.policy.checkpoint import load_checkpoint, save_checkpoint
 from diffusion_policy_ros.policy.configuration_diffusion import (
     load_policy_config,
     policy_config_from_dict,
     policy_config_to_dict,
 )
-from diffusion_policy_ros.policy.devices import resolve_device
 from diffusion_policy_ros.policy.features import ACTION
 from diffusion_policy_ros.policy.modeling_diffusion import DiffusionPolicy
 from diffusion_policy_ros.policy.pruning import (
@@ -155,11 +159,7 @@ def policy_figures(policy: DiffusionPolicy, teacher: DiffusionPolicy | None,
 
 
 def _setup(config: PruneConfig, out: Path) -> torch.device:
-    out.mkdir(parents=True, exist_ok=True)
-    if config.num_threads:
-        torch.set_num_threads(config.num_threads)
-    torch.manual_seed(config.seed)
-    return resolve_device(config.device)
+    return open_local_run(out, config.device, config.num_threads, config.seed).device
 
 
 def _conditions(policy: DiffusionPolicy, data_dirs: Sequence[str | Path], config: PruneConfig,
@@ -214,19 +214,8 @@ def _lr_lambda(warmup: int, steps: int) -> Callable[[int], float]:
     return factor
 
 
-class _Log:
-    """JSONL lines appended as they come (a crashed run keeps what it logged)."""
-
-    def __init__(self, path: Path):
-        self.path = path
-
-    def write(self, record: dict) -> None:
-        with open(self.path, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(record) + "\n")
-
-
 def _fit(phase: str, module: torch.nn.Module, policy: DiffusionPolicy, train: ConditionSet,
-         steps: int, lr: float, config: PruneConfig, log: _Log,
+         steps: int, lr: float, config: PruneConfig, log: JsonLog,
          validate: Callable[[], dict], device: torch.device, progress: bool,
          teacher: torch.nn.Module | None = None) -> dict:
     """AdamW + warm-up/cosine + clip + EMA on the denoising loss; ``module``'s weights end as
@@ -246,15 +235,14 @@ def _fit(phase: str, module: torch.nn.Module, policy: DiffusionPolicy, train: Co
         module.train()
         ema.restore(params)
 
-    module.train()
-    start = time.monotonic()
-    losses: list[float] = []
-    step = 0
-    bar = tqdm(range(steps), desc=phase, unit="step", disable=not progress)
-    for step in bar:
-        index = torch.randint(0, len(train), (config.batch_size,), generator=generator,
-                              device=device)
-        loss = denoising_loss(module, policy, train.cond[index], train.clean[index], generator,
+    def checkpoint(step: int, last: bool) -> None:
+        if not last:  # the caller validates the final weights
+            validation(step)
+
+    def fitting(index: int) -> dict | None:
+        rows = torch.randint(0, len(train), (config.batch_size,), generator=generator,
+                             device=device)
+        loss = denoising_loss(module, policy, train.cond[rows], train.clean[rows], generator,
                               teacher, config.teacher_loss_weight)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -264,22 +252,22 @@ def _fit(phase: str, module: torch.nn.Module, policy: DiffusionPolicy, train: Co
         schedule.step()
         ema.step(params)
         losses.append(loss.item())
-        if (step + 1) % config.log_every == 0:
-            record = {"phase": phase, "step": step + 1,
-                      "loss": float(np.mean(losses[-config.log_every:])),
-                      "lr": schedule.get_last_lr()[0], "elapsed_s": time.monotonic() - start}
-            log.write(record)
-            bar.set_postfix(loss=f"{record['loss']:.4f}")
-        if (step + 1) % config.val_every == 0 and step + 1 < steps:
-            validation(step + 1)
-        if config.max_minutes and time.monotonic() - start > 60 * config.max_minutes:
-            break
+        if (index + 1) % config.log_every:
+            return None
+        record = {"phase": phase, "step": index + 1,
+                  "loss": float(np.mean(losses[-config.log_every:])),
+                  "lr": schedule.get_last_lr()[0], "elapsed_s": loop.elapsed_s}
+        log.write(record)
+        return {"loss": f"{record['loss']:.4f}"}
+
+    module.train()
+    losses: list[float] = []
+    loop = TrainingLoop(LoopConfig(steps, config.val_every, config.max_minutes), checkpoint,
+                        progress=progress, desc=phase)
+    steps_done = loop.run(fitting)
     ema.copy_to(params)
     module.eval()
-    return {"steps_done": step + 1 if steps else 0,
-            "loss_first_50": float(np.mean(losses[:50])) if losses else None,
-            "loss_last_50": float(np.mean(losses[-50:])) if losses else None,
-            "wall_s": time.monotonic() - start}
+    return {"steps_done": steps_done, **loss_summary(losses), "wall_s": loop.elapsed_s}
 
 
 # ---------------------------------------------------------------------------- stages
@@ -316,7 +304,7 @@ def train_teacher(source_dir: str | Path, data_dirs: Sequence[str | Path], confi
     policy = dit_policy_from(source, dit_fields)
     policy.requires_grad_(False)
     policy.denoiser.requires_grad_(True)
-    log = _Log(out / "log.jsonl")
+    log = JsonLog(out / "log.jsonl")
     seed = config.seed
 
     def validate() -> dict:
@@ -388,7 +376,7 @@ def prune(teacher_dir: str | Path, data_dirs: Sequence[str | Path], config: Prun
     train, val, dataset_id, fingerprint = _conditions(
         teacher, data_dirs, config, Path(conditions_dir or out), device, progress)
     seed = config.seed
-    log = _Log(out / "log.jsonl")
+    log = JsonLog(out / "log.jsonl")
     teacher.requires_grad_(False)
 
     student = _copy(teacher)
@@ -447,7 +435,7 @@ def prune(teacher_dir: str | Path, data_dirs: Sequence[str | Path], config: Prun
 
 
 def _train_gates(gated: GatedDiT, student: DiffusionPolicy, teacher: DiffusionPolicy,
-                 train: ConditionSet, val: ConditionSet, config: PruneConfig, log: _Log,
+                 train: ConditionSet, val: ConditionSet, config: PruneConfig, log: JsonLog,
                  device: torch.device, progress: bool) -> dict:
     """Gate logits (Adam, ``gate_lr``) and DiT weights (AdamW, ``gate_weight_lr``) together,
     each sample under its own hard Gumbel mask; tau falls geometrically."""
@@ -461,26 +449,23 @@ def _train_gates(gated: GatedDiT, student: DiffusionPolicy, teacher: DiffusionPo
     optimizer = torch.optim.AdamW(groups)
     generator = torch.Generator(device=device).manual_seed(config.seed + 2)
     steps = config.gate_steps
-    start = time.monotonic()
-    losses: list[float] = []
-    step = 0
 
-    def validation(at: int) -> None:
+    def checkpoint(step: int, last: bool) -> None:
+        if last:  # the caller validates the selection it keeps
+            return
         gated.eval()
-        log.write({"phase": "gates", "step": at, "selection": gated.selected_layers(),
+        log.write({"phase": "gates", "step": step, "selection": gated.selected_layers(),
                    "keep_probabilities": gated.keep_probabilities().tolist(),
                    "val": {"val_loss_selection": val_denoising_loss(gated, student, val,
                                                                     config.seed)}})
         gated.train()
 
-    gated.train()
-    bar = tqdm(range(steps), desc="gates", unit="step", disable=not progress)
-    for step in bar:
+    def gate_step(index: int) -> dict | None:
         gated.tau = config.tau_start * (config.tau_end / config.tau_start) ** (
-            step / max(1, steps - 1))
-        index = torch.randint(0, len(train), (config.batch_size,), generator=generator,
-                              device=device)
-        loss = denoising_loss(gated, student, train.cond[index], train.clean[index], generator,
+            index / max(1, steps - 1))
+        rows = torch.randint(0, len(train), (config.batch_size,), generator=generator,
+                             device=device)
+        loss = denoising_loss(gated, student, train.cond[rows], train.clean[rows], generator,
                               teacher.denoiser, config.teacher_loss_weight)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -488,20 +473,22 @@ def _train_gates(gated: GatedDiT, student: DiffusionPolicy, teacher: DiffusionPo
             torch.nn.utils.clip_grad_norm_(weights, config.grad_clip_norm)
         optimizer.step()
         losses.append(loss.item())
-        if (step + 1) % config.log_every == 0:
-            log.write({"phase": "gates", "step": step + 1,
-                       "loss": float(np.mean(losses[-config.log_every:])), "tau": gated.tau,
-                       "gate_logits": [round(v, 4) for v in gated.gate_logits.tolist()],
-                       "elapsed_s": time.monotonic() - start})
-            bar.set_postfix(loss=f"{np.mean(losses[-config.log_every:]):.4f}",
-                            keep=",".join(map(str, gated.selected_layers())))
-        if (step + 1) % config.val_every == 0 and step + 1 < steps:
-            validation(step + 1)
-        if config.max_minutes and time.monotonic() - start > 60 * config.max_minutes:
-            break
+        if (index + 1) % config.log_every:
+            return None
+        log.write({"phase": "gates", "step": index + 1,
+                   "loss": float(np.mean(losses[-config.log_every:])), "tau": gated.tau,
+                   "gate_logits": [round(v, 4) for v in gated.gate_logits.tolist()],
+                   "elapsed_s": loop.elapsed_s})
+        return {"loss": f"{np.mean(losses[-config.log_every:]):.4f}",
+                "keep": ",".join(map(str, gated.selected_layers()))}
+
+    gated.train()
+    losses: list[float] = []
+    loop = TrainingLoop(LoopConfig(steps, config.val_every, config.max_minutes), checkpoint,
+                        progress=progress, desc="gates")
+    steps_done = loop.run(gate_step)
     gated.eval()
-    return {"steps_done": step + 1, "loss_first_50": float(np.mean(losses[:50])),
-            "loss_last_50": float(np.mean(losses[-50:])), "wall_s": time.monotonic() - start,
+    return {"steps_done": steps_done, **loss_summary(losses), "wall_s": loop.elapsed_s,
             "selection": gated.selected_layers(),
             "keep_probabilities": gated.keep_probabilities().tolist()}
 
@@ -537,7 +524,7 @@ def distill_pruned(teacher_dir: str | Path, student_dir: str | Path,
                                      teacher.consistency_schedule.to(device))
     evaluated = _copy(student).eval()
     evaluated.denoiser = distiller.target
-    log = _Log(out / "log.jsonl")
+    log = JsonLog(out / "log.jsonl")
     seed = config.seed
 
     def validation(step: int) -> dict:
@@ -549,35 +536,36 @@ def distill_pruned(teacher_dir: str | Path, student_dir: str | Path,
     optimizer, schedule = student_optimizer(distiller, dc)
     generator = torch.Generator(device=device).manual_seed(dc.seed)
     initial = validation(0)
-    start = time.monotonic()
-    losses: list[float] = []
-    step = 0
-    bar = tqdm(range(dc.steps), desc="distill", unit="step", disable=not progress)
-    for step in bar:
-        loss, rate = distillation_step(distiller, optimizer, schedule, train, anchors, dc, step,
+
+    def checkpoint(step: int, last: bool) -> None:
+        if not last:  # the final figures go with the checkpoint below
+            validation(step)
+
+    def distillation(index: int) -> dict | None:
+        loss, rate = distillation_step(distiller, optimizer, schedule, train, anchors, dc, index,
                                        generator)
         losses.append(loss)
-        if (step + 1) % dc.log_every == 0:
-            record = {"phase": "distill", "step": step + 1,
-                      "loss": float(np.mean(losses[-dc.log_every:])), "target_ema": rate,
-                      "lr": schedule.get_last_lr()[0], "elapsed_s": time.monotonic() - start}
-            log.write(record)
-            bar.set_postfix(loss=f"{record['loss']:.4f}")
-        if (step + 1) % dc.val_every == 0 and step + 1 < dc.steps:
-            validation(step + 1)
-        if dc.max_minutes and time.monotonic() - start > 60 * dc.max_minutes:
-            break
-    final = validation(step + 1)
+        if (index + 1) % dc.log_every:
+            return None
+        record = {"phase": "distill", "step": index + 1,
+                  "loss": float(np.mean(losses[-dc.log_every:])), "target_ema": rate,
+                  "lr": schedule.get_last_lr()[0], "elapsed_s": loop.elapsed_s}
+        log.write(record)
+        return {"loss": f"{record['loss']:.4f}"}
+
+    losses: list[float] = []
+    loop = TrainingLoop(LoopConfig(dc.steps, dc.val_every, dc.max_minutes), checkpoint,
+                        progress=progress, desc="distill")
+    steps_done = loop.run(distillation)
+    final = validation(steps_done)
     extra = {"prune": {"stage": "distill", "teacher": str(Path(teacher_dir).resolve()),
                        "teacher_weights_sha256": teacher_meta.get("weights_sha256"),
                        "student": str(Path(student_dir).resolve()),
                        "student_weights_sha256": pruned_meta.get("weights_sha256"),
                        "keep_layers": pruned.config.keep_layers},
-             "distill": {"config": dataclasses.asdict(dc), "steps_done": step + 1,
-                         "train_samples": len(train),
-                         "loss_first_50": float(np.mean(losses[:50])),
-                         "loss_last_50": float(np.mean(losses[-50:])),
+             "distill": {"config": dataclasses.asdict(dc), "steps_done": steps_done,
+                         "train_samples": len(train), **loss_summary(losses),
                          "val_before": initial, "val_after": final,
-                         "wall_s": time.monotonic() - start}}
+                         "wall_s": loop.elapsed_s}}
     return save_checkpoint(evaluated, out / "checkpoint", dataset_id=dataset_id,
                            dataset_hash=fingerprint, extra=extra)

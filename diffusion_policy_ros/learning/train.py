@@ -15,39 +15,42 @@ pickles anywhere.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-import os
-import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 from diffusers.optimization import get_cosine_schedule_with_warmup
 from diffusers.training_utils import EMAModel
-from safetensors.torch import load_file, save_file
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
-from tqdm import tqdm
 
 from diffusion_policy_ros.learning.augmentation import ColourSwap
 from diffusion_policy_ros.learning.dataset import (
     EpisodeDataset,
+    arm_chain,
     dataset_fingerprint,
     episode_dirs,
     episode_instructions,
     load_episodes,
     split_episodes,
 )
-from diffusion_policy_ros.learning.distributed import init_distributed, training_precision
+from diffusion_policy_ros.learning.distributed import training_precision
 from diffusion_policy_ros.learning.optimizer_state import (
-    STATE_JSON,
-    STATE_TENSORS,
     load_optimizer_state_tensors,
     optimizer_state_tensors,
 )
 from diffusion_policy_ros.learning.train_config import TrainConfig
+from diffusion_policy_ros.learning.training_loop import (
+    JsonLog,
+    LoopConfig,
+    RunSettings,
+    TrainingLoop,
+    TrainingRun,
+    load_resume_state,
+    open_run,
+    save_resume_state,
+)
 from diffusion_policy_ros.policy.checkpoint import load_checkpoint, save_checkpoint
 from diffusion_policy_ros.policy.configuration_diffusion import DiffusionPolicyConfig
 from diffusion_policy_ros.policy.devices import autocast_context
@@ -90,17 +93,13 @@ def _save_state(out: Path, step: int, policy, ema: EMAModel, optimizer, schedule
         tensors[f"ema.{i}"] = p.detach().cpu().contiguous()
     tensors |= optimizer_state_tensors(optimizer)
     tensors["rng.torch"] = torch.get_rng_state()
-    tmp = out / (STATE_TENSORS + ".tmp")
-    save_file(tensors, str(tmp))
-    os.replace(tmp, out / STATE_TENSORS)
     sched = {k: v for k, v in schedule.state_dict().items() if k != "lr_lambdas"}
     doc = {"step": step, "ema_optimization_step": int(ema.optimization_step), "schedule": sched}
-    (out / STATE_JSON).write_text(json.dumps(doc, indent=2))
+    save_resume_state(out, tensors, doc)
 
 
 def _load_state(out: Path, policy, ema: EMAModel, optimizer, schedule) -> int:
-    tensors = load_file(str(out / STATE_TENSORS))
-    doc = json.loads((out / STATE_JSON).read_text())
+    tensors, doc = load_resume_state(out)
     policy.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
     for i, p in enumerate(ema.shadow_params):
         p.data.copy_(tensors[f"ema.{i}"])
@@ -111,6 +110,21 @@ def _load_state(out: Path, policy, ema: EMAModel, optimizer, schedule) -> int:
     for group, lr in zip(optimizer.param_groups, schedule.get_last_lr(), strict=True):
         group["lr"] = lr
     return int(doc["step"])
+
+
+def _batches(loader, sampler, step: int) -> Iterator[dict]:
+    """Batches epoch after epoch from where ``step`` steps left off: the batches of this
+    epoch trained on before a resume are drawn again and skipped, so a resumed run sees
+    the batches an uninterrupted one would."""
+    epoch, skip = divmod(step, len(loader))
+    while True:
+        sampler.set_epoch(epoch)
+        epoch += 1
+        for batch in loader:
+            if skip:
+                skip -= 1
+                continue
+            yield batch
 
 
 @torch.no_grad()
@@ -158,19 +172,16 @@ def train(data_dir: str | Path | Sequence[str | Path], policy_config: DiffusionP
     """Train on the episodes of one or more directories; return the final checkpoint
     directory (``out/checkpoint``)."""
     data_dirs = [data_dir] if isinstance(data_dir, str | Path) else list(data_dir)
-    out = Path(out)
-    d, device = init_distributed(config.device)
-    if config.num_threads:
-        torch.set_num_threads(config.num_threads)
-    precision = training_precision(config.precision, device)
-    fresh = not (out.exists() and any(out.iterdir()))
-    if d.world > 1:
-        dist.barrier()  # every rank looked before rank 0 writes anything
-    if not fresh and not resume:
-        raise FileExistsError(f"{out} is not empty; pass --resume to continue that run")
-    out.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(config.seed + d.rank)
+    settings = RunSettings(config.device, config.num_threads, config.seed, resume)
+    with open_run(out, settings) as run:
+        _train(run, data_dirs, policy_config, config, progress)
+    return run.out / CHECKPOINT_DIR
 
+
+def _train(run: TrainingRun, data_dirs: list[str | Path], policy_config: DiffusionPolicyConfig,
+           config: TrainConfig, progress: bool) -> None:
+    d, device, out = run.rank, run.device, run.out
+    precision = training_precision(config.precision, device)
     dirs = [e for d in data_dirs for e in episode_dirs(d)]
     episodes = load_episodes(dirs, policy_config, progress=progress and d.main)
     train_idx, val_idx = split_episodes(len(episodes), config.val_fraction, config.seed)
@@ -179,9 +190,7 @@ def train(data_dir: str | Path | Sequence[str | Path], policy_config: DiffusionP
     swap = None
     texts = episode_instructions(episodes)
     if config.colour_swap_prob > 0:
-        from diffusion_policy_ros.sim.scene import load_model
-
-        swap = ColourSwap.from_model(load_model())
+        swap = ColourSwap.from_objects()
         texts = set().union(*(swap.instruction_variants(t) for t in texts))
     embeddings = {t: embedder.embed(t) for t in sorted(texts)}
     train_set = EpisodeDataset([episodes[i] for i in train_idx], policy_config, embeddings,
@@ -190,7 +199,7 @@ def train(data_dir: str | Path | Sequence[str | Path], policy_config: DiffusionP
     val_set = EpisodeDataset([episodes[i] for i in val_idx], policy_config, embeddings)
 
     policy = DiffusionPolicy(policy_config)
-    if config.init_from and not (resume and (out / STATE_JSON).exists()):
+    if config.init_from and not run.resuming:
         copied, fresh_names = warm_start(policy, config.init_from)
         if d.main:
             print(f"warm start from {config.init_from}: {copied} tensors copied, "
@@ -198,18 +207,14 @@ def train(data_dir: str | Path | Sequence[str | Path], policy_config: DiffusionP
                   f"{', ...' if len(fresh_names) > 6 else ''})", flush=True)
     policy.normalizer.set_stats(train_set.normalizer_stats())
     if policy.kinematics is not None:
-        from diffusion_policy_ros.sim.ik import arm_tool_chain
-
-        policy.kinematics.set_chain(arm_tool_chain())
+        policy.kinematics.set_chain(arm_chain())
     policy.to(device).train()
     optimizer = torch.optim.AdamW(_param_groups(policy, config), lr=config.lr,
                                   weight_decay=config.weight_decay)
     schedule = get_cosine_schedule_with_warmup(optimizer, config.warmup_steps, config.steps)
     ema = EMAModel(policy.parameters(), decay=config.ema_decay, use_ema_warmup=True, power=0.75)
     ema.to(device)
-    step = 0
-    if resume and (out / STATE_JSON).exists():
-        step = _load_state(out, policy, ema, optimizer, schedule)
+    step = _load_state(out, policy, ema, optimizer, schedule) if run.resuming else 0
     model = _Loss(policy)
     if d.world > 1:
         model = DistributedDataParallel(model, device_ids=None if device.type == "cpu"
@@ -222,77 +227,56 @@ def train(data_dir: str | Path | Sequence[str | Path], policy_config: DiffusionP
     loader = torch.utils.data.DataLoader(
         train_set, batch_size=config.batch_size, sampler=sampler, drop_last=True,
         generator=torch.Generator().manual_seed(config.seed + d.rank))
-    meta = {"dataset_id": " + ".join(str(Path(d).resolve()) for d in data_dirs),
-            "dataset_hash": dataset_fingerprint(dirs)}
-
-    def checkpoint(final: bool) -> Path:
-        ema.store(policy.parameters())
-        ema.copy_to(policy.parameters())
-        path = save_checkpoint(policy, out / CHECKPOINT_DIR, **meta, extra={
-            "step": step, "train_episodes": len(train_idx), "val_episodes": len(val_idx),
-            "train_config": dataclasses.asdict(config), "final": final})
-        ema.restore(policy.parameters())
-        _save_state(out, step, policy, ema, optimizer, schedule)
-        return path
-
-    log = open(out / LOG, "a", encoding="utf-8") if d.main else None  # noqa: SIM115
-    steps_per_epoch = len(loader)
-    if steps_per_epoch == 0:
+    if len(loader) == 0:
         raise ValueError(f"{len(train_set)} training samples are fewer than one batch of "
                          f"{config.batch_size} per process")
-    start, epoch = time.monotonic(), step // steps_per_epoch
-    skip = step % steps_per_epoch  # batches of this epoch already trained on before a resume
-    bar = tqdm(total=config.steps, initial=step, desc="train", unit="step",
-               disable=not (progress and d.main))
-    try:
-        while step < config.steps:
-            sampler.set_epoch(epoch)
-            epoch += 1
-            for batch in loader:
-                if skip:
-                    skip -= 1
-                    continue
-                with autocast_context(device, precision):
-                    loss = model(_to(batch, device))
-                optimizer.zero_grad(set_to_none=True)
-                loss.float().backward()
-                grad_norm = float(nn.utils.clip_grad_norm_(policy.parameters(),
-                                                           config.grad_clip_norm))
-                optimizer.step()
-                schedule.step()
-                ema.step(policy.parameters())
-                step += 1
-                bar.update(1)
-                loss_value = float(loss.detach())
-                if not math.isfinite(loss_value):
-                    raise FloatingPointError(f"loss became {loss_value} at step {step}")
-                elapsed = time.monotonic() - start
-                out_of_time = config.max_minutes > 0 and elapsed > 60 * config.max_minutes
-                record = {}
-                if step % config.log_every == 0:
-                    record = {"step": step, "loss": loss_value, "lr": schedule.get_last_lr()[0],
-                              "grad_norm": grad_norm, "elapsed_s": round(elapsed, 1)}
-                    bar.set_postfix(loss=f"{loss_value:.4f}")
-                if d.main and (step % config.val_every == 0 or step == config.steps):
-                    ema.store(policy.parameters())
-                    ema.copy_to(policy.parameters())
-                    record |= {"step": step, "val_loss": validation_loss(
-                        policy, val_set, device, precision, config.batch_size, config.seed)}
-                    ema.restore(policy.parameters())
-                if d.main and record:
-                    log.write(json.dumps(record) + "\n")
-                    log.flush()
-                done = step >= config.steps or out_of_time
-                if d.main and (step % config.checkpoint_every == 0 or done):
-                    checkpoint(final=step >= config.steps)
-                if done:
-                    break
-            if config.max_minutes > 0 and time.monotonic() - start > 60 * config.max_minutes:
-                break
-    finally:
-        bar.close()
-        if log is not None:
-            log.close()
-        if d.world > 1:
-            dist.destroy_process_group()
-    return out / CHECKPOINT_DIR
+    batches = _batches(loader, sampler, step)
+    meta = {"dataset_id": " + ".join(str(Path(d).resolve()) for d in data_dirs),
+            "dataset_hash": dataset_fingerprint(dirs)}
+    log = JsonLog(out / LOG if d.main else None)
+
+    def with_ema_weights(fn):
+        ema.store(policy.parameters())
+        ema.copy_to(policy.parameters())
+        try:
+            return fn()
+        finally:
+            ema.restore(policy.parameters())
+
+    def training_step(index: int) -> dict | None:
+        with autocast_context(device, precision):
+            loss = model(_to(next(batches), device))
+        optimizer.zero_grad(set_to_none=True)
+        loss.float().backward()
+        grad_norm = float(nn.utils.clip_grad_norm_(policy.parameters(), config.grad_clip_norm))
+        optimizer.step()
+        schedule.step()
+        ema.step(policy.parameters())
+        step = index + 1
+        loss_value = float(loss.detach())
+        if not math.isfinite(loss_value):
+            raise FloatingPointError(f"loss became {loss_value} at step {step}")
+        record, postfix = {}, None
+        if step % config.log_every == 0:
+            record = {"step": step, "loss": loss_value, "lr": schedule.get_last_lr()[0],
+                      "grad_norm": grad_norm, "elapsed_s": round(loop.elapsed_s, 1)}
+            postfix = {"loss": f"{loss_value:.4f}"}
+        if d.main and (step % config.val_every == 0 or step == config.steps):
+            record |= {"step": step, "val_loss": with_ema_weights(lambda: validation_loss(
+                policy, val_set, device, precision, config.batch_size, config.seed))}
+        if record:
+            log.write(record)
+        return postfix
+
+    def checkpoint(step: int, last: bool) -> None:
+        """The EMA weights as the policy checkpoint, then the exact resume state."""
+        with_ema_weights(lambda: save_checkpoint(
+            policy, out / CHECKPOINT_DIR, **meta, extra={
+                "step": step, "train_episodes": len(train_idx), "val_episodes": len(val_idx),
+                "train_config": dataclasses.asdict(config), "final": step >= config.steps}))
+        _save_state(out, step, policy, ema, optimizer, schedule)
+
+    loop = TrainingLoop(LoopConfig(config.steps, config.checkpoint_every, config.max_minutes),
+                        checkpoint if d.main else None, start_step=step,
+                        progress=progress and d.main, desc="train")
+    loop.run(training_step)

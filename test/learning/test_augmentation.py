@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from diffusion_policy_ros.learning.augmentation import ColourSwap
+from diffusion_policy_ros.learning.augmentation import SCENE_OBJECT_RGB, ColourSwap
 from diffusion_policy_ros.sim.task import parse_instruction
 
 BASE = {"red": (0.85, 0.1, 0.1), "green": (0.1, 0.7, 0.15), "blue": (0.1, 0.25, 0.9),
@@ -49,9 +49,16 @@ def test_the_instruction_names_the_same_physical_object_after_the_swap(seed):
         assert new in swap.instruction_variants(text)
 
 
-def test_built_from_the_arm_model():
-    from diffusion_policy_ros.sim.scene import load_model
+def test_the_shipped_object_colours_are_the_simulated_scene_s():
+    """Training reads no MuJoCo model: its copy of the object colours must match the MJCF
+    the demonstrations were rendered from, to the float32 that ColourSwap keeps."""
+    from diffusion_policy_ros.sim.scene import find_objects, load_model
 
-    swap = ColourSwap.from_model(load_model())
+    model = load_model()
+    simulated = {obj.name: model.geom_rgba[obj.geom_id][:3] for obj in find_objects(model)}
+    assert list(SCENE_OBJECT_RGB) == list(simulated)
+    swap = ColourSwap.from_objects()
+    for name, rgb in simulated.items():
+        np.testing.assert_array_equal(swap.base[swap.colours.index(name.split("_")[0])], rgb)
     assert sorted(swap.colours) == sorted(BASE)
     assert sorted(map(sorted, swap.groups)) == sorted(map(sorted, GROUPS))

@@ -125,3 +125,27 @@ def test_frames_before_an_instruction_switch_use_it_and_skip_the_grasp_labels():
     data = EpisodeDataset([ep], DiffusionPolicyConfig(), embeddings)
     assert [float(data[i][keys.LANGUAGE][0]) for i in range(4)] == [18.0, 18.0, 20.0, 20.0]
     assert [float(data[i][keys.GRASP_LABEL_WEIGHT]) for i in range(4)] == [0.0, 0.0, 1.0, 1.0]
+
+
+def test_tool_positions_from_the_urdf_are_the_simulator_s():
+    """The grounding labels and the policy's kinematics come from the robot description, not
+    from MuJoCo: the same float32 numbers as the MJCF's tool centre point."""
+    import torch
+
+    from diffusion_policy_ros.learning.dataset import arm_chain, tool_positions
+    from diffusion_policy_ros.policy.kinematics import SerialChainKinematics
+    from diffusion_policy_ros.sim.ik import TcpIk, arm_tool_chain
+    from diffusion_policy_ros.sim.scene import HOME_ARM_Q_RAD, load_model
+
+    rng = np.random.default_rng(3)
+    q = np.concatenate([np.zeros((1, 6)), HOME_ARM_Q_RAD[None],
+                        rng.uniform(-np.pi, np.pi, (30, 6))])
+    states = np.concatenate([q, np.full((len(q), 1), 0.04)], axis=1)  # + gripper opening
+    ik = TcpIk(load_model())
+    expected = np.array([ik.forward(row)[0] for row in q], np.float32)
+    np.testing.assert_array_equal(tool_positions(states), expected)
+    urdf, mjcf = SerialChainKinematics(6), SerialChainKinematics(6)
+    urdf.set_chain(arm_chain())
+    mjcf.set_chain(arm_tool_chain())
+    qt = torch.as_tensor(q, dtype=torch.float32)
+    torch.testing.assert_close(urdf(qt), mjcf(qt), atol=1e-6, rtol=0)

@@ -93,13 +93,16 @@ def test_shipped_configs_load():
 
 
 def test_closed_loop_evaluation_runs_a_checkpoint(tiny_checkpoint, tmp_path):
+    from diffusion_policy_ros.acting.grasp_rules import load_grasp_rules
+    from diffusion_policy_ros.config import CONFIG_DIR
     from diffusion_policy_ros.learning.evaluate import evaluate, write_report
 
     for mode, precision in (("task", "fp32"), ("wrong", "bf16")):
         resolution = [160, 90] if mode == "wrong" else None
+        rules = load_grasp_rules(CONFIG_DIR / "grasp_rules.yaml") if mode == "task" else None
         summary, outcomes = evaluate(tiny_checkpoint, episodes=1, seed=40, instruction_mode=mode,
                                      progress=False, precision=precision, num_samples=2,
-                                     resolution=resolution,
+                                     resolution=resolution, rules=rules,
                                      media_dir=tmp_path / "media" if mode == "task" else None)
         assert summary["camera"] == {"resolution": resolution or list(DEFAULT_RESOLUTION),
                                      "depth_noise": False}
@@ -107,8 +110,12 @@ def test_closed_loop_evaluation_runs_a_checkpoint(tiny_checkpoint, tmp_path):
         policy = summary["policy"]  # the report says what ran
         assert (policy["backend"], policy["precision"], policy["num_samples"]) == (
             "torch", precision, 2) and policy["num_inference_steps"] >= 1
-        assert summary["grasp_retry"] and summary["grasp_retry_max_retries"] == 2  # the yaml's
-        assert summary["grasp_lift"] and outcomes[0].grasp_lifts in (0, 1)
+        if rules:  # the rules file's
+            assert summary["grasp_retry"] and summary["grasp_retry_max_retries"] == 2
+            assert summary["grasp_lift"] and outcomes[0].grasp_lifts in (0, 1)
+        else:  # none by default, as policy_node's
+            assert not summary["grasp_retry"] and not summary["grasp_lift"]
+            assert (outcomes[0].grasp_retries, outcomes[0].grasp_lifts) == (0, 0)
         if mode == "task":  # one GIF frame per chunk + the last, and the plot
             with Image.open(tmp_path / "media" / "episode_40.gif") as gif:
                 assert gif.n_frames == len(outcomes[0].chunk_latency_ms) + 1
