@@ -62,6 +62,28 @@ def test_eval_over_ros_passes_the_policy_options_to_policy_node():
         "backend:=torch", "precision:=bf16"]
 
 
+def test_eval_takes_the_chunk_rules_from_a_rules_file_and_none_without_one():
+    from diffusion_policy_ros.cli.evaluate import _policy_params, _rules
+    from diffusion_policy_ros.config import CONFIG_DIR
+
+    rules_file = str(CONFIG_DIR / "grasp_rules.yaml")
+    rules = _rules(build_parser().parse_args(["eval", "--rules", rules_file]))
+    assert rules.grasp_retry.enabled and rules.grasp_lift.enabled
+    assert rules.grasp_lift.lift_m == 0.15
+    one = _rules(build_parser().parse_args(["eval", "--rules", rules_file, "--grasp-lift",
+                                            "off"]))
+    assert one.grasp_retry.enabled and not one.grasp_lift.enabled
+    none = _rules(build_parser().parse_args(["eval"]))
+    assert not none.grasp_retry.enabled and not none.grasp_lift.enabled
+    with pytest.raises(ValueError, match="empty_below_m is not set"):
+        _rules(build_parser().parse_args(["eval", "--grasp-retry", "on"]))
+    # over ROS: the same parameters for policy_node
+    params = _policy_params(build_parser().parse_args(["eval", "--ros", "--rules", rules_file,
+                                                       "--grasp-lift", "off"]))
+    assert "grasp_retry.empty_below_m:=0.02" in params and "grasp_lift.lift_m:=0.15" in params
+    assert params[-1] == "grasp_lift.enabled:=false"
+
+
 def test_eval_over_ros_passes_the_camera_options_to_sim_node():
     from diffusion_policy_ros.cli.evaluate import _sim_params
 

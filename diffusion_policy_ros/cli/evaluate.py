@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from diffusion_policy_ros.config import SHIPPED_CHECKPOINT
+from diffusion_policy_ros.acting.grasp_rules import GraspRulesConfig, load_grasp_rules
+from diffusion_policy_ros.config import SHIPPED_CHECKPOINT, load_node_params
 
 
 def add_parser(sub) -> None:
@@ -43,13 +44,15 @@ def add_parser(sub) -> None:
                             "from a generator seeded per episode (reproducible); fixed = the "
                             "same seeded noise for every chunk (the earlier default); fresh "
                             "= unseeded")
+    evaluation.add_argument("--rules", metavar="PARAMS_FILE", help="chunk rules of "
+                            "policy_node's parameter file PARAMS_FILE (grasp_retry.*, "
+                            "grasp_lift.*), e.g. config/grasp_rules.yaml for the simulated "
+                            "grasp task (default: none, as policy_node without one)")
     evaluation.add_argument("--grasp-retry", choices=("on", "off"), help="re-open a gripper "
-                            "that closed on nothing, as policy_node does (default: "
-                            "config/policy_node.yaml's grasp_retry.enabled)")
+                            "that closed on nothing (default: as --rules says)")
     evaluation.add_argument("--grasp-lift", choices=("on", "off"), help="lift a grasp that "
-                            "stalled wide on the table (a cube held across its corners), as "
-                            "policy_node does (default: config/policy_node.yaml's "
-                            "grasp_lift.enabled)")
+                            "stalled wide on the table, a cube held across its corners "
+                            "(default: as --rules says)")
     evaluation.add_argument("--ros", action="store_true", help="run the episodes through the "
                             "real nodes over ROS (dpr bringup --episodes) instead of in "
                             "process: real latency, real time")
@@ -92,11 +95,25 @@ def _policy_params(args: argparse.Namespace) -> list[str]:
     params = [f"backend:={args.backend}", f"precision:={args.precision}"]
     if args.samples:
         params.append(f"num_samples:={args.samples}")
+    if args.rules:
+        params += [f"{name}:={json.dumps(value)}"
+                   for name, value in load_node_params(args.rules, "policy_node").items()]
     if args.grasp_retry:
         params.append(f"grasp_retry.enabled:={str(args.grasp_retry == 'on').lower()}")
     if args.grasp_lift:
         params.append(f"grasp_lift.enabled:={str(args.grasp_lift == 'on').lower()}")
     return params
+
+
+def _rules(args: argparse.Namespace) -> GraspRulesConfig:
+    """The rules file's grasp rules, each switched on or off where an option says so."""
+    rules = load_grasp_rules(args.rules) if args.rules else GraspRulesConfig()
+    for option, config in ((args.grasp_retry, rules.grasp_retry),
+                           (args.grasp_lift, rules.grasp_lift)):
+        if option:
+            config.enabled = option == "on"
+            config.validate()
+    return rules
 
 
 def run(args: argparse.Namespace) -> int:
@@ -110,10 +127,7 @@ def run(args: argparse.Namespace) -> int:
                                  num_samples=args.samples, depth_noise=args.depth_noise,
                                  resolution=args.resolution,
                                  backend=args.backend, precision=args.precision,
-                                 grasp_retry=(None if args.grasp_retry is None
-                                              else args.grasp_retry == "on"),
-                                 grasp_lift=(None if args.grasp_lift is None
-                                             else args.grasp_lift == "on"))
+                                 rules=_rules(args))
     print(json.dumps(summary, indent=2))
     if args.report:
         write_report(args.report, summary, outcomes)

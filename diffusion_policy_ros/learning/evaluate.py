@@ -1,10 +1,12 @@
 """``dpr eval``: the policy in closed loop in the MuJoCo simulation, in process.
 
 Same scene, camera, perception pipeline and ``PdTracker`` as the ROS system
-(``GraspEnv``), the policy through ``PolicyRunner``; one chunk per control
-period conditioned on the last To observations (one control period apart, as
-in training). Sim time stands still while the policy computes, so chunks
-arrive with zero latency here; the ROS path (``--ros``) has real latency.
+(``GraspEnv``), and the same acting loop as ``policy_node`` (``acting.PolicyAgent``:
+history, task restarts, noise, chunk rules); one chunk per control period, each
+observation fed one control period after the last, so the To frames the agent selects
+by stamp are the last To observations, as in training. Sim time stands still while the
+policy computes, so chunks arrive with zero latency here; the ROS path (``--ros``) has
+real latency.
 
 ``instruction_mode``: ``task`` (the episode's instruction), ``wrong`` (the
 instruction for another object, the same for the whole episode: a policy
@@ -13,18 +15,16 @@ high wrong-object rate and a low success rate), or ``switch`` (the wrong
 instruction first, the episode's own from ``SWITCH_AFTER_S`` of sim time on:
 success means the policy dropped the old target and pursued the new one).
 
-Initial noise (``noise``): ``stream`` (default) draws new noise for every chunk
-from a generator seeded by the episode seed, so an episode is reproducible and, as
-with ``policy_node``'s fresh noise, a hover cannot become a fixed point of
-sampling; ``fixed`` starts every chunk from the same seeded noise (the earlier
-default, which succeeded less often on the plain task than the stream with the same
-weights and seeds: docs/training.md, "Shipped policy"); ``fresh`` draws unseeded noise.
+Initial noise (``noise``, ``PolicyAgent``'s): ``stream`` (default) draws new noise for
+every chunk from a generator seeded by the episode seed and restarted with every task,
+as ``policy_node`` with a ``seed``; ``fixed`` starts every chunk from the same seeded
+noise (which succeeded less often on the plain task than the stream with the same
+weights and seeds: docs/explanation/policy.md); ``fresh`` draws unseeded noise.
 
-Grasp recovery (``grasp_retry``, ``grasp_lift``): as ``policy_node`` does with its
-default parameters (``config/policy_node.yaml``), a gripper that closed on nothing is
-re-opened for a moment (``policy.grasp_retry``) and a grasp that stalled wide on the
-table is lifted (``policy.grasp_lift``); with both off the policy's chunks are executed
-unchanged. Each episode's re-openings and lifts are in its record.
+Chunk rules (``rules``): none by default, as ``policy_node`` without a rules file;
+``dpr eval --rules config/grasp_rules.yaml`` runs the grasp rules of the simulated grasp
+task (a gripper that closed on nothing re-opened, a grasp that stalled wide lifted).
+Each episode's re-openings and lifts are in its record.
 
 ``media_dir``: per episode a GIF of the camera view with the end-effector
 path of each chunk drawn in (forward kinematics of its joint positions) and a
@@ -37,17 +37,17 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-from diffusion_policy_ros.description import URDF_PATH
+from diffusion_policy_ros.acting.agent import PolicyAgent
+from diffusion_policy_ros.acting.grasp_rules import GraspRulesConfig, grasp_rules
+from diffusion_policy_ros.acting.observation_history import Refusal
+from diffusion_policy_ros.description import TOOL_LINK, URDF_PATH
 from diffusion_policy_ros.perception.image_decoding import decode_color
-from diffusion_policy_ros.policy.grasp_recovery import GraspRecovery
 from diffusion_policy_ros.policy.kinematics import urdf_kinematics
-from diffusion_policy_ros.policy.node_config import configured_policy_node
 from diffusion_policy_ros.policy.runner import PolicyRunner
 from diffusion_policy_ros.sim.env import GraspEnv
 from diffusion_policy_ros.sim.ik import TcpIk
@@ -62,7 +62,6 @@ from diffusion_policy_ros.sim.task import (
 from diffusion_policy_ros.viz.episode_media import EpisodeRecording, PathProjector
 
 INSTRUCTION_MODES = ("task", "wrong", "switch")
-NOISE_MODES = ("stream", "fixed", "fresh")
 
 
 @dataclasses.dataclass
@@ -126,65 +125,55 @@ class _EpisodeMedia:
         return self.recording.write(out_dir, stem, projector)
 
 
-def run_policy_episode(env: GraspEnv, runner: PolicyRunner, seed: int,
+def run_policy_episode(env: GraspEnv, agent: PolicyAgent, seed: int,
                        instruction_mode: str = "task",
-                       media_dir: str | Path | None = None,
-                       noise: str = "stream",
-                       grasp_recovery: GraspRecovery | None = None) -> EpisodeOutcome:
-    if noise not in NOISE_MODES:
-        raise ValueError(f"noise must be one of {NOISE_MODES}, got {noise!r}")
+                       media_dir: str | Path | None = None) -> EpisodeOutcome:
+    """One episode: the agent restarts with the episode (its noise seeded by ``seed``) and
+    with the switched instruction, as ``policy_node`` does with every instruction."""
     obs, info = env.reset(seed)
-    if grasp_recovery is not None:
-        grasp_recovery.restart()
-        retries_before = grasp_recovery.retries_total
-        lifts_before = grasp_recovery.lifts_total
     task = info["task"]
     instruction = task.instruction
     if instruction_mode in ("wrong", "switch"):
         instruction = wrong_instruction(task.target, env.runtime.scene.object_names, seed)
         obs, info = env.reset(seed, task=GraspTask(task.target, instruction))
-    n_obs = runner.config.n_obs_steps
-    history = collections.deque([obs] * n_obs, maxlen=n_obs)
     media = _EpisodeMedia(env, f"seed {seed}: '{instruction}' (target {task.target})") \
         if media_dir is not None else None
     env.after_physics_step = media.after_physics_step if media else None
-    latencies, done = [], False
+    latencies, events, done = [], collections.Counter(), False
     start_s = obs["stamp_s"]
-    chunk_noise = {"stream": runner.noise_stream(seed), "fixed": seed, "fresh": None}[noise]
+    agent.restart(instruction, _stamp_ns(start_s), seed=seed)
     try:
         while not done:
+            now_ns = _stamp_ns(obs["stamp_s"])
             if (instruction_mode == "switch" and instruction != task.instruction
                     and obs["stamp_s"] - start_s >= SWITCH_AFTER_S):
-                # As policy_node does on every instruction: a new history from this frame.
                 instruction = task.instruction
-                history.extend([obs] * n_obs)
-                if grasp_recovery is not None:  # a new task, as policy_node's new instruction
-                    grasp_recovery.restart()
-            t0 = time.perf_counter()
-            chunk = runner.predict(list(history), instruction, noise=chunk_noise)
-            latencies.append((time.perf_counter() - t0) * 1e3)
-            if grasp_recovery is not None:
-                chunk = grasp_recovery.apply(chunk, history[-1]["joint_positions"],
-                                             history[-1]["stamp_s"])
+                agent.restart(instruction, now_ns)
+            agent.add_observation(now_ns, obs)
+            chunk = agent.act(now_ns)
+            if isinstance(chunk, Refusal):
+                raise RuntimeError(f"episode seed {seed}: no chunk at {obs['stamp_s']:.2f} s "
+                                   f"({chunk.reason}: {chunk.detail})")
+            latencies.append(chunk.predict_ms)
+            events.update(event.kind for event in chunk.events)
             if media:
-                media.chunk(chunk, latencies[-1])
+                media.chunk(chunk.actions, latencies[-1])
                 media.frame(f"'{instruction}'")
-            obs, _, terminated, truncated, info = env.step(chunk, history[-1]["stamp_s"])
-            history.append(obs)
+            obs, _, terminated, truncated, info = env.step(chunk.actions, obs["stamp_s"])
             done = terminated or truncated
     finally:
         env.after_physics_step = None
     state = info["task"]
     outcome = EpisodeOutcome(seed, state.target, instruction, _template_of(instruction),
                              state.success, state.wrong_object, state.timed_out,
-                             state.elapsed_s, latencies,
-                             grasp_recovery.retries_total - retries_before
-                             if grasp_recovery is not None else 0,
-                             grasp_recovery.lifts_total - lifts_before
-                             if grasp_recovery is not None else 0)
+                             state.elapsed_s, latencies, events["reopened"], events["lifted"])
     if media:
         media.write(Path(media_dir), f"episode_{seed}", f"'{instruction}': {_result(outcome)}")
     return outcome
+
+
+def _stamp_ns(stamp_s: float) -> int:
+    return int(round(stamp_s * 1e9))
 
 
 def summarize(outcomes: list[EpisodeOutcome]) -> dict:
@@ -223,14 +212,13 @@ def evaluate(checkpoint: str | Path, episodes: int = 100, seed: int = 0,
              depth_noise: bool = False,
              resolution: Sequence[int] | None = None,
              backend: str = "torch",
-             grasp_retry: bool | None = None,
-             grasp_lift: bool | None = None,
+             rules: GraspRulesConfig | None = None,
              precision: str = "fp32") -> tuple[dict, list[EpisodeOutcome]]:
     """Closed-loop episodes with seeds ``seed .. seed + episodes - 1`` (``depth_noise``:
     the simulated Kinect's time-of-flight noise and dropouts on, a robustness check; the
     demonstrations are recorded without; ``resolution``: the camera's [width, height],
-    None = config/sim.yaml's; ``grasp_retry``: None = as policy_node's
-    config/policy_node.yaml; ``grasp_lift`` likewise)."""
+    None = config/sim.yaml's; ``rules``: the grasp rules, None = none, as
+    ``policy_node`` without a rules file)."""
     if instruction_mode not in INSTRUCTION_MODES:
         raise ValueError(f"instruction_mode must be one of {INSTRUCTION_MODES}")
     runner = PolicyRunner.from_checkpoint(checkpoint, joint_names=list(JOINT_NAMES),
@@ -243,23 +231,18 @@ def evaluate(checkpoint: str | Path, episodes: int = 100, seed: int = 0,
                                  chunk_horizon=runner.config.horizon,
                                  chunk_dt_s=runner.config.action_dt_s)
     runner.warmup("pick up the red cube")  # one-off costs stay out of the latency figures
-    node_config = configured_policy_node()
-    retry_config, lift_config = node_config.grasp_retry, node_config.grasp_lift
-    if grasp_retry is not None:
-        retry_config.enabled = grasp_retry
-    if grasp_lift is not None:
-        lift_config.enabled = grasp_lift
-    recovery = None
-    if retry_config.enabled or lift_config.enabled:
-        kinematics = (urdf_kinematics(URDF_PATH, ARM_JOINT_NAMES, node_config.tool_link)
-                      if lift_config.enabled else None)
-        recovery = GraspRecovery(retry_config, lift_config, kinematics,
-                                 runner.config.action_dt_s)
+    rules = rules or GraspRulesConfig()
+    retry_config, lift_config = rules.grasp_retry, rules.grasp_lift
+    kinematics = (urdf_kinematics(URDF_PATH, ARM_JOINT_NAMES, TOOL_LINK)
+                  if lift_config.enabled else None)
+    agent = PolicyAgent(JOINT_NAMES, noise=noise)
+    agent.load(runner, grasp_rules(retry_config, lift_config, runner.config.action_dt_s,
+                                   kinematics))
     outcomes = []
     with GraspEnv(config) as env:
         for i in range(episodes):
-            outcomes.append(run_policy_episode(env, runner, seed + i, instruction_mode,
-                                               media_dir, noise, recovery))
+            outcomes.append(run_policy_episode(env, agent, seed + i, instruction_mode,
+                                               media_dir))
             if progress:
                 o = outcomes[-1]
                 retried = f", {o.grasp_retries} grasp retries" if o.grasp_retries else ""

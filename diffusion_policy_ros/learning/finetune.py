@@ -38,7 +38,6 @@ resume: weights, critic, AdamW moments, generator states, episode counters),
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import functools
 import json
@@ -54,10 +53,13 @@ import torch.distributed as dist
 import torch.utils.checkpoint
 from tqdm import tqdm
 
+from diffusion_policy_ros.acting.agent import PolicyAgent
+from diffusion_policy_ros.acting.grasp_rules import GraspRulesConfig, grasp_rules, load_grasp_rules
+from diffusion_policy_ros.acting.observation_history import Refusal, Selection
+from diffusion_policy_ros.description import TOOL_LINK, URDF_PATH
 from diffusion_policy_ros.errors import RunStopped
-from diffusion_policy_ros.learning.distributed import init_distributed, training_precision
+from diffusion_policy_ros.learning.distributed import training_precision
 from diffusion_policy_ros.learning.finetune_config import FinetuneConfig
-from diffusion_policy_ros.learning.optimizer_state import STATE_JSON
 from diffusion_policy_ros.learning.ppo import (
     RolloutBuffer,
 )
@@ -73,12 +75,20 @@ from diffusion_policy_ros.learning.rl_env import (
     NonFiniteStepError,
     RewardConfig,
 )
+from diffusion_policy_ros.learning.training_loop import (
+    JsonLog,
+    LoopConfig,
+    RunSettings,
+    TrainingLoop,
+    TrainingRun,
+    open_run,
+)
 from diffusion_policy_ros.policy.checkpoint import load_checkpoint, save_checkpoint
 from diffusion_policy_ros.policy.devices import autocast_context
 from diffusion_policy_ros.policy.features import IMAGE, LANGUAGE, POINTS_RGB, POINTS_XYZ, STATE
+from diffusion_policy_ros.policy.kinematics import urdf_kinematics
 from diffusion_policy_ros.policy.language import LanguageEmbedder
-from diffusion_policy_ros.policy.node_config import configured_grasp_retry
-from diffusion_policy_ros.sim.scene import JOINT_NAMES
+from diffusion_policy_ros.sim.scene import ARM_JOINT_NAMES, JOINT_NAMES
 from diffusion_policy_ros.sim.sim_config import load_sim_config
 
 CHECKPOINT_DIR = "checkpoint"
@@ -98,11 +108,10 @@ def make_rl_env(config: FinetuneConfig, seed_start: int, seed_stride: int,
     sim = dataclasses.replace(load_sim_config(), time_limit_s=config.time_limit_s)
     reward = RewardConfig(config.success_weight, config.distance_weight,
                           config.smoothness_weight)
-    retry = configured_grasp_retry() if config.grasp_retry else None
     return GraspRlEnv(sim, reward, depth_noise=config.depth_noise,
                       switch_probability=config.switch_probability, seed_start=seed_start,
                       seed_stride=seed_stride, image_size=tuple(image_size),
-                      num_points=num_points, grasp_retry=retry)
+                      num_points=num_points)
 
 
 #: The held-out episodes every evaluation quotes (``dpr eval --seed 5000``); never trained on.
@@ -173,7 +182,12 @@ def _terminate_workers(envs: gym.vector.AsyncVectorEnv) -> None:
 
 
 class RolloutCollector:
-    """Vectorised envs + the policy batched over them -> a filled ``RolloutBuffer``."""
+    """Vectorised envs + the policy batched over them -> a filled ``RolloutBuffer``.
+
+    Each env's acting loop is a ``PolicyAgent``'s, as in ``policy_node`` and ``dpr eval``:
+    its history gives the To frames of every step (a new episode or instruction starts a
+    task), and its chunk rules (``config.rules``) act on the explored chunk before the env
+    executes it. The policy itself runs here, batched over the envs and exploring."""
 
     def __init__(self, ac: DiffusionActorCritic, reference, config: FinetuneConfig,
                  device: torch.device, precision: str, rank: int, world: int):
@@ -182,6 +196,13 @@ class RolloutCollector:
         c = ac.config
         n = config.num_envs
         self.replay_seeds = replay_pool(config)  # before any worker starts: may refuse
+        rules = load_grasp_rules(config.rules) if config.rules else GraspRulesConfig()
+        arm = (urdf_kinematics(URDF_PATH, ARM_JOINT_NAMES, TOOL_LINK)
+               if rules.grasp_lift.enabled else None)
+        self.agents = [PolicyAgent(JOINT_NAMES) for _ in range(n)]
+        for agent in self.agents:  # each env's rules keep their own state
+            agent.load(ac.policy, grasp_rules(rules.grasp_retry, rules.grasp_lift,
+                                              c.action_dt_s, arm))
         self.first_env = rank * n
         self.total_envs = world * n
         fns = [functools.partial(make_rl_env, config, 0, 1, c.image_size, c.num_points)
@@ -255,16 +276,17 @@ class RolloutCollector:
                 description: str = "") -> tuple[RolloutBuffer, list[EpisodeRecord]]:
         """Run every env through whole episodes until each has ``steps_per_env`` steps."""
         cfg, ac, device = self.config, self.ac, self.device
-        to = ac.config.n_obs_steps
         n = cfg.num_envs
         buffer = self.buffer(joint)
         buffer.clear()
         seeds = [self._next_seed(i) for i in range(n)]
         obs, _ = self.envs.reset(seed=seeds)
-        features = [None] * n  # per env: deque of To frame-feature dicts
-        ref_features = [None] * n  # the same of the reference (joint stage)
-        frames = [None] * n  # per env: deque of To raw observations
-        instruction = [None] * n
+        # Per env: frame features by stamp (ns), the policy's and the reference's (joint
+        # stage), of the frames its agent may still select; and the step's selection.
+        features: list[dict] = [{} for _ in range(n)]
+        ref_features: list[dict] = [{} for _ in range(n)]
+        selections: list[Selection | None] = [None] * n
+        starting = np.ones(n, dtype=bool)  # the env's next observation begins an episode
         steps = np.zeros(n, dtype=np.int64)
         active = np.ones(n, dtype=bool)
         totals = [dict(ret=0.0, steps=0, **dict.fromkeys(TERMS, 0.0)) for _ in range(n)]
@@ -283,25 +305,29 @@ class RolloutCollector:
                     # reference's, whose frames are then encoded (once each) too.
                     ref_new = self._encode(self.reference, obs, idx, language) if joint else None
                 for j, i in enumerate(idx):
-                    frame = {k: v[j:j + 1] for k, v in new.items()}
-                    ref_frame = ({k: v[j:j + 1] for k, v in ref_new.items()} if joint
-                                 else None)
-                    raw = {k: obs[k][i] for k in ("image", "points", "point_colors",
-                                                  "joint_positions")}
-                    text = str(obs["instruction"][i])
-                    if features[i] is None or text != instruction[i]:
-                        # A new episode or instruction: a fresh history, as policy_node.
-                        features[i] = collections.deque([frame] * to, maxlen=to)
-                        ref_features[i] = collections.deque([ref_frame] * to, maxlen=to)
-                        frames[i] = collections.deque([raw] * to, maxlen=to)
-                        instruction[i] = text
-                    else:
-                        features[i].append(frame)
-                        ref_features[i].append(ref_frame)
-                        frames[i].append(raw)
-                history = _stack_history(features, idx)
-                state = torch.from_numpy(np.stack([np.stack([f["joint_positions"]
-                                                             for f in frames[i]])
+                    agent, text = self.agents[i], str(obs["instruction"][i])
+                    stamp_ns = int(round(float(obs["elapsed_s"][i][0]) * 1e9))
+                    if starting[i] or text != agent.instruction:
+                        # A new episode or instruction: a new task, as policy_node starts.
+                        agent.restart(text, stamp_ns)
+                        features[i].clear()
+                        ref_features[i].clear()
+                        starting[i] = False
+                    agent.add_observation(stamp_ns, {k: obs[k][i] for k in (
+                        "image", "points", "point_colors", "joint_positions")})
+                    features[i][stamp_ns] = {k: v[j:j + 1] for k, v in new.items()}
+                    if joint:
+                        ref_features[i][stamp_ns] = {k: v[j:j + 1] for k, v in ref_new.items()}
+                    selection = agent.select(stamp_ns)
+                    if isinstance(selection, Refusal):  # the env's frames are complete
+                        raise RuntimeError(f"episode seed {current_seed[i]}: {selection.detail}")
+                    selections[i] = selection
+                    for cache in (features[i], ref_features[i]):  # what no step selects again
+                        for stamp in [s for s in cache if s < selection.frame_stamps_ns[0]]:
+                            del cache[stamp]
+                history = _stack_history(features, selections, idx)
+                state = torch.from_numpy(np.stack([np.stack([o["joint_positions"]
+                                                             for o in selections[i].observations])
                                                    for i in idx])).float().to(device)
                 elapsed = torch.from_numpy(obs["elapsed_s"][idx]).float().to(device)
                 with autocast_context(device, self.precision):
@@ -310,9 +336,9 @@ class RolloutCollector:
                     mean = ac.mean_chunk(cond, noises)
                     raw_batch = None
                     if joint:
-                        raw_batch = self._raw_batch(frames, idx, language, state)
+                        raw_batch = self._raw_batch(selections, idx, language, state)
                         ref_cond, _ = self.reference.condition_from_frames(
-                            _stack_history(ref_features, idx), language, state)
+                            _stack_history(ref_features, selections, idx), language, state)
                     else:
                         ref_cond = cond
                     ref_mean = self.reference.denoise(ref_cond, noises.transpose(0, 1)).float()
@@ -328,7 +354,8 @@ class RolloutCollector:
                     raise NonFiniteStepError(f"non-finite policy output (chunk, log-prob or "
                                              f"value) for the episodes with seeds {bad}")
                 actions = np.zeros((n, *chunk.shape[1:]))
-                actions[idx] = chunk
+                for j, i in enumerate(idx):  # the chunk rules, on the frames it answers
+                    actions[i] = self.agents[i].finish(selections[i], chunk[j]).actions
                 next_obs, reward, terminated, truncated, info = self.envs.step(actions)
                 ended = (terminated | truncated)[idx]
                 env_idx = torch.from_numpy(idx)
@@ -359,7 +386,7 @@ class RolloutCollector:
                         bool(info["wrong_object"][i]), tot["steps"], tot["ret"],
                         {term: tot[term] for term in TERMS}, bool(self.replaying[i])))
                     totals[i] = dict(ret=0.0, steps=0, **dict.fromkeys(TERMS, 0.0))
-                    features[i] = None
+                    starting[i] = True
                     if steps[i] >= cfg.steps_per_env:
                         active[i] = False
                     else:
@@ -374,11 +401,11 @@ class RolloutCollector:
             bar.close()
         return buffer, episodes
 
-    def _raw_batch(self, frames, idx, language, state) -> dict[str, torch.Tensor]:
+    def _raw_batch(self, selections, idx, language, state) -> dict[str, torch.Tensor]:
         def stack(key, dtype):
-            return torch.from_numpy(np.stack([np.stack([np.asarray(f[key], dtype)
-                                                        for f in frames[i]]) for i in idx]
-                                             )).to(self.device)
+            return torch.from_numpy(np.stack([np.stack([np.asarray(o[key], dtype)
+                                                        for o in selections[i].observations])
+                                              for i in idx])).to(self.device)
 
         return {IMAGE: stack("image", np.uint8).permute(0, 1, 4, 2, 3),
                 POINTS_XYZ: stack("points", np.float32),
@@ -386,11 +413,12 @@ class RolloutCollector:
                 STATE: state, LANGUAGE: language}
 
 
-def _stack_history(features: list, idx: np.ndarray) -> dict[str, torch.Tensor]:
-    """(len(idx), To, ...) per feature key from each env's deque of To frame features."""
-    keys = features[idx[0]][0].keys()
-    return {k: torch.stack([torch.cat([f[k] for f in features[i]]) for i in idx])
-            for k in keys}
+def _stack_history(features: list[dict], selections: list[Selection],
+                   idx: np.ndarray) -> dict[str, torch.Tensor]:
+    """(len(idx), To, ...) per feature key: each env's features of its selected frames."""
+    rows = [[features[i][stamp] for stamp in selections[i].frame_stamps_ns] for i in idx]
+    return {k: torch.stack([torch.cat([f[k] for f in row]) for row in rows])
+            for k in rows[0][0]}
 
 
 def update_thread_count(config: FinetuneConfig) -> int:
@@ -458,20 +486,18 @@ def finetune(init: str | Path, config: FinetuneConfig, out: str | Path, resume: 
     Raises ``FinetuneStopped`` when an iteration cannot complete (the reason names the
     env seed or the dead worker); ``FileExistsError`` for a used ``out`` without ``resume``.
     """
-    out = Path(out)
-    d, device = init_distributed(config.device)
-    if config.num_threads:
-        torch.set_num_threads(config.num_threads)
+    replay_pool(config)  # a bad replay report is refused before anything is written
+    settings = RunSettings(config.device, config.num_threads, config.seed, resume)
+    with open_run(out, settings) as run:
+        _finetune(run, init, config, progress)
+    return run.out / CHECKPOINT_DIR
+
+
+def _finetune(run: TrainingRun, init: str | Path, config: FinetuneConfig,
+              progress: bool) -> None:
+    d, device, out = run.rank, run.device, run.out
     precision = training_precision(config.precision, device)
     update_threads = update_thread_count(config)
-    if d.world > 1:
-        dist.barrier()
-    resuming = resume and (out / STATE_JSON).exists()
-    if out.exists() and any(out.iterdir()) and not resume:
-        raise FileExistsError(f"{out} is not empty; pass --resume to continue that run")
-    replay_pool(config)  # a bad replay report is refused before anything is written
-    out.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(config.seed + d.rank)
     policy, metadata = load_checkpoint(init, joint_names=list(JOINT_NAMES), device=device)
     reference, _ = load_checkpoint(init, device=device)
     for w in reference.parameters():
@@ -483,7 +509,7 @@ def finetune(init: str | Path, config: FinetuneConfig, out: str | Path, resume: 
     learner = PpoLearner(ac, config, device, precision, d.world)
     collector = RolloutCollector(ac, reference, config, device, precision, d.rank, d.world)
     iteration, env_steps, records = 0, 0, []
-    if resuming:
+    if run.resuming:
         doc = learner.load_state(out, collector)
         iteration, env_steps = doc["iteration"], doc["env_steps"]
         records = [json.loads(line) for line in (out / LOG).read_text().splitlines()
@@ -496,82 +522,76 @@ def finetune(init: str | Path, config: FinetuneConfig, out: str | Path, resume: 
     source = {"init": str(Path(init).resolve()), "init_weights_sha256":
               metadata.get("weights_sha256")}
 
-    def save(final: bool) -> None:
-        if d.main:
-            save_checkpoint(policy, out / CHECKPOINT_DIR, dataset_id=f"PPO fine-tuning of "
-                            f"{source['init']} in simulation", extra={
-                                "finetune": {"iterations_done": iteration,
-                                             "env_steps": env_steps, "final": final,
-                                             "config": dataclasses.asdict(config), **source}})
-            learner.save_state(out, {"iteration": iteration, "env_steps": env_steps},
-                               collector)
-            if records:
-                write_learning_curve(records, out / CURVE)
+    def save(iteration: int, last: bool) -> None:
+        save_checkpoint(policy, out / CHECKPOINT_DIR, dataset_id=f"PPO fine-tuning of "
+                        f"{source['init']} in simulation", extra={
+                            "finetune": {"iterations_done": iteration,
+                                         "env_steps": env_steps,
+                                         "final": iteration >= config.iterations,
+                                         "config": dataclasses.asdict(config), **source}})
+        learner.save_state(out, {"iteration": iteration, "env_steps": env_steps}, collector)
+        if records:
+            write_learning_curve(records, out / CURVE)
 
-    start = time.monotonic()
+    log = JsonLog(out / LOG if d.main else None)
+    log.restart(records)  # up to the state resumed from
+
+    def ppo_iteration(index: int) -> None:
+        nonlocal env_steps
+        joint = index >= config.frozen_iterations
+        train_policy = index >= config.critic_warmup_iterations
+        std = exploration_std(config, index)
+        t0 = time.monotonic()
+        try:
+            buffer, episodes = collector.collect(
+                std, joint, progress=progress and d.main,
+                description=f"iteration {index + 1}/{config.iterations}")
+        except NonFiniteStepError as exc:
+            raise FinetuneStopped(f"iteration {index + 1} stopped: {exc}; the "
+                                  "last checkpoint is intact") from exc
+        except (EOFError, BrokenPipeError, ConnectionError) as exc:
+            raise FinetuneStopped(
+                f"iteration {index + 1} stopped: a rollout worker died "
+                f"({type(exc).__name__}: {exc}); resume with --resume from the last "
+                "checkpoint") from exc
+        t1 = time.monotonic()
+        rollout_threads = torch.get_num_threads()
+        torch.set_num_threads(update_threads)
+        try:
+            stats = learner.update(buffer, std, train_policy, joint)
+        finally:
+            torch.set_num_threads(rollout_threads)
+        t2 = time.monotonic()
+        iteration = index + 1
+        figures = _episode_figures(episodes, d.world)
+        env_steps += figures["env_steps"]
+        record = {"iteration": iteration, "stage": "joint" if joint else "frozen",
+                  "policy_trained": train_policy, **figures, "env_steps_total":
+                  env_steps, "std": std, "entropy": gaussian_entropy(std), **stats,
+                  "rollout_s": round(t1 - t0, 2), "update_s": round(t2 - t1, 2),
+                  "env_steps_per_s": figures["env_steps"] / max(t1 - t0, 1e-9)}
+        records.append(record)
+        if not d.main:
+            return
+        log.write(record)
+        for key, val in record.items():
+            if isinstance(val, int | float) and not isinstance(val, bool) \
+                    and math.isfinite(val):
+                writer.add_scalar(f"ppo/{key}", val, iteration)
+        writer.flush()
+        if progress:
+            tqdm.write(f"iteration {iteration}: success {figures['success_rate']:.2f}"
+                       f" over {figures['episodes']} episodes, return "
+                       f"{figures['return']:.2f}, KL to imitation "
+                       f"{stats.get('kl_ref', 0.0):.4f}, "
+                       f"{record['env_steps_per_s']:.1f} env steps/s")
+
+    loop = TrainingLoop(LoopConfig(config.iterations, config.checkpoint_every,
+                                   config.max_minutes), save if d.main else None,
+                        start_step=iteration, unit="iteration")
     try:
-        with open(out / LOG, "w", encoding="utf-8") as log:
-            for record in records:  # up to the checkpoint resumed from
-                log.write(json.dumps(record) + "\n")
-            while iteration < config.iterations:
-                joint = iteration >= config.frozen_iterations
-                train_policy = iteration >= config.critic_warmup_iterations
-                std = exploration_std(config, iteration)
-                t0 = time.monotonic()
-                try:
-                    buffer, episodes = collector.collect(
-                        std, joint, progress=progress and d.main,
-                        description=f"iteration {iteration + 1}/{config.iterations}")
-                except NonFiniteStepError as exc:
-                    raise FinetuneStopped(f"iteration {iteration + 1} stopped: {exc}; the "
-                                          "last checkpoint is intact") from exc
-                except (EOFError, BrokenPipeError, ConnectionError) as exc:
-                    raise FinetuneStopped(
-                        f"iteration {iteration + 1} stopped: a rollout worker died "
-                        f"({type(exc).__name__}: {exc}); resume with --resume from the last "
-                        "checkpoint") from exc
-                t1 = time.monotonic()
-                rollout_threads = torch.get_num_threads()
-                torch.set_num_threads(update_threads)
-                try:
-                    stats = learner.update(buffer, std, train_policy, joint)
-                finally:
-                    torch.set_num_threads(rollout_threads)
-                t2 = time.monotonic()
-                iteration += 1
-                figures = _episode_figures(episodes, d.world)
-                env_steps += figures["env_steps"]
-                record = {"iteration": iteration, "stage": "joint" if joint else "frozen",
-                          "policy_trained": train_policy, **figures, "env_steps_total":
-                          env_steps, "std": std, "entropy": gaussian_entropy(std), **stats,
-                          "rollout_s": round(t1 - t0, 2), "update_s": round(t2 - t1, 2),
-                          "env_steps_per_s": figures["env_steps"] / max(t1 - t0, 1e-9)}
-                records.append(record)
-                if d.main:
-                    log.write(json.dumps(record) + "\n")
-                    log.flush()
-                    for key, val in record.items():
-                        if isinstance(val, int | float) and not isinstance(val, bool) \
-                                and math.isfinite(val):
-                            writer.add_scalar(f"ppo/{key}", val, iteration)
-                    writer.flush()
-                    if progress:
-                        tqdm.write(f"iteration {iteration}: success {figures['success_rate']:.2f}"
-                                   f" over {figures['episodes']} episodes, return "
-                                   f"{figures['return']:.2f}, KL to imitation "
-                                   f"{stats.get('kl_ref', 0.0):.4f}, "
-                                   f"{record['env_steps_per_s']:.1f} env steps/s")
-                out_of_time = (config.max_minutes > 0
-                               and time.monotonic() - start > 60 * config.max_minutes)
-                done = iteration >= config.iterations or out_of_time
-                if iteration % config.checkpoint_every == 0 or done:
-                    save(final=iteration >= config.iterations)
-                if out_of_time:
-                    break
+        loop.run(ppo_iteration)
     finally:
         collector.close()
         if writer is not None:
             writer.close()
-        if d.world > 1:
-            dist.destroy_process_group()
-    return out / CHECKPOINT_DIR

@@ -29,9 +29,9 @@ class FinetuneConfig:
     switch_probability: float = param(0.0, "Share of episodes that start with another "
                                       "object's instruction, replaced after 1 s of sim time",
                                       low=0.0, high=1.0)
-    grasp_retry: bool = param(True, "Re-open a gripper closed on nothing in the rollouts, "
-                              "as policy_node does (its grasp_retry.* settings in "
-                              "config/policy_node.yaml)")
+    rules: str = param("", "policy_node parameter file whose chunk rules (grasp_retry.*, "
+                       "grasp_lift.*) act on every rollout's chunks, as in policy_node and dpr "
+                       "eval --rules, e.g. config/grasp_rules.yaml; empty = none")
     success_weight: float = param(5.0, "Reward weight of success", low=0.0, high=1e4)
     distance_weight: float = param(0.8, "Reward weight of the tool-to-target distance "
                                    "improvement (m)", low=0.0, high=1e4)

@@ -17,10 +17,10 @@ follows a person's instruction, as ``sim_node`` does). ``switch_probability``
 starts that share of episodes with another object's instruction and replaces it
 with the episode's own after ``SWITCH_AFTER_S`` (the ``dpr eval --instructions
 switch`` protocol), so the policy learns to drop an old target. ``depth_noise`` turns
-on the simulated Kinect's time-of-flight noise. ``grasp_retry`` applies
-``policy_node``'s re-opening of a gripper closed on nothing (``policy.grasp_retry``)
-to each action before it is executed, so the policy is trained inside the system it
-is deployed in; ``info["grasp_retries"]`` counts the episode's re-openings.
+on the simulated Kinect's time-of-flight noise. The environment is the world, as
+``sim_node`` is: actions are executed as given. The acting loop around the policy (its
+observation history, task restarts and chunk rules) is the caller's, through
+``acting.PolicyAgent`` as in ``policy_node`` (``learning.finetune``'s rollouts).
 
 Episodes are seeded explicitly (``reset(seed=...)``) or from ``seed_start`` in steps
 of ``seed_stride`` (vectorised envs interleave). A step after the episode ended is
@@ -36,7 +36,6 @@ import gymnasium as gym
 import numpy as np
 
 from diffusion_policy_ros.config import param
-from diffusion_policy_ros.policy.grasp_retry import EmptyGraspRetry, GraspRetryConfig
 from diffusion_policy_ros.sim.env import GraspEnv
 from diffusion_policy_ros.sim.runtime import seed_task
 from diffusion_policy_ros.sim.scene import JOINT_NAMES
@@ -97,15 +96,12 @@ class GraspRlEnv(gym.Env):
     def __init__(self, sim_config: SimConfig | None = None, reward: RewardConfig | None = None,
                  *, depth_noise: bool = False, switch_probability: float = 0.0,
                  seed_start: int = 0, seed_stride: int = 1, image_size: tuple = (128, 128),
-                 num_points: int = 1024, grasp_retry: GraspRetryConfig | None = None):
+                 num_points: int = 1024):
         config = dataclasses.replace(sim_config or load_sim_config(), depth_noise=depth_noise,
                                      render_observations=True)
         self.env = GraspEnv(config)
         self.reward_config = reward or RewardConfig()
         self.switch_probability = float(switch_probability)
-        self.grasp_retry = (EmptyGraspRetry(grasp_retry)
-                            if grasp_retry is not None and grasp_retry.enabled else None)
-        self._retries_before = 0  # grasp_retry.retries_total when the episode began
         self._next_seed = int(seed_start)
         self._seed_stride = int(seed_stride)
         h, w = image_size
@@ -142,9 +138,6 @@ class GraspRlEnv(gym.Env):
             first = other_task(own.target, runtime.scene.object_names, rng)
             self._switch_to = own.instruction
         obs, info = self.env.reset(self._seed, task=first)
-        if self.grasp_retry is not None:
-            self.grasp_retry.restart()
-            self._retries_before = self.grasp_retry.retries_total
         self._start_s = runtime.time_s
         self._distance_m = self._target_distance_m()
         self._action = None
@@ -156,11 +149,7 @@ class GraspRlEnv(gym.Env):
         if self._done:
             return self._obs, 0.0, True, False, {"idle": True, "episode_seed": self._seed}
         runtime = self.env.runtime
-        action = np.asarray(action, np.float64)
-        if self.grasp_retry is not None:  # on the observation the action answers
-            action = self.grasp_retry.apply(action, self._obs["joint_positions"][-1],
-                                            runtime.time_s)
-        obs, _, terminated, truncated, info = self.env.step(action)
+        obs, _, terminated, truncated, info = self.env.step(np.asarray(action, np.float64))
         state = info["task"]
         command = runtime.last_command
         executed = np.array([*command.q_ref, command.gripper_opening_m
@@ -171,8 +160,6 @@ class GraspRlEnv(gym.Env):
             state = runtime.follow_instruction(self._switch_to)
             obs["instruction"] = state.instruction
             self._switch_to = None
-            if self.grasp_retry is not None:  # a new instruction: a new task, as policy_node
-                self.grasp_retry.restart()
         distance = self._target_distance_m()
         terms = reward_terms(state.success, self._distance_m, distance, executed, self._action)
         reward = weighted_reward(terms, self.reward_config)
@@ -210,9 +197,6 @@ class GraspRlEnv(gym.Env):
                 "elapsed_s": np.array([self.env.runtime.time_s - self._start_s])}
 
     def _info(self, state, decision) -> dict:
-        retries = (self.grasp_retry.retries_total - self._retries_before
-                   if self.grasp_retry is not None else 0)
         return {"episode_seed": self._seed, "target": state.target, "success": state.success,
                 "wrong_object": state.wrong_object or "", "timed_out": state.timed_out,
-                "chunk_accepted": decision is None or decision.accepted,
-                "grasp_retries": retries, "idle": False}
+                "chunk_accepted": decision is None or decision.accepted, "idle": False}

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from diffusion_policy_ros.config import CONFIG_DIR, load_config, param, section
-from diffusion_policy_ros.policy.grasp_lift import GraspLiftConfig
-from diffusion_policy_ros.policy.grasp_retry import GraspRetryConfig
+from diffusion_policy_ros.acting.grasp_lift import GraspLiftConfig
+from diffusion_policy_ros.acting.grasp_retry import GraspRetryConfig
+from diffusion_policy_ros.config import param, section
 
 DEVICE_CHOICES = ("auto", "cpu", "cuda", "npu")
 PRECISION_CHOICES = ("fp32", "fp16", "bf16")
@@ -122,14 +122,3 @@ class PolicyNodeConfig:
             raise ValueError(f"joint names must be non-empty strings, got {names}")
         if len(set(names)) != len(names):
             raise ValueError(f"joint_names + [gripper_joint] has duplicates: {names}")
-
-
-def configured_policy_node() -> PolicyNodeConfig:
-    """``policy_node``'s shipped parameters (``config/policy_node.yaml``), for the
-    in-process loops that mirror it."""
-    return load_config(PolicyNodeConfig, CONFIG_DIR / "policy_node.yaml", "policy_node")
-
-
-def configured_grasp_retry() -> GraspRetryConfig:
-    """The grasp retry ``policy_node`` runs with its shipped parameters."""
-    return configured_policy_node().grasp_retry

@@ -135,6 +135,36 @@ def test_the_joint_stage_reference_condition_is_that_of_its_whole_history(tiny_c
     assert not torch.allclose(policy_chunk.float(), whole.float(), atol=1e-3)
 
 
+def test_the_rollouts_act_under_the_rules_file_as_policy_node_and_dpr_eval_do(tiny_checkpoint):
+    """Every env's acting loop is a PolicyAgent with the rules of ``config.rules``: the
+    lift as well as the retry, each env with rules of its own; none without a file."""
+    from diffusion_policy_ros.config import CONFIG_DIR
+    from diffusion_policy_ros.learning.ppo_policy import DiffusionActorCritic, ValueNetwork
+    from diffusion_policy_ros.sim.scene import JOINT_NAMES
+
+    policy, _ = load_checkpoint(tiny_checkpoint, joint_names=list(JOINT_NAMES))
+    reference, _ = load_checkpoint(tiny_checkpoint)
+    c = policy.config
+    ac = DiffusionActorCritic(policy, ValueNetwork(c.cond_dim, c.state_dim, 16, 0.3))
+    config = dataclasses.replace(SMALL, rules=str(CONFIG_DIR / "grasp_rules.yaml"))
+    collector = ft.RolloutCollector(ac, reference, config, torch.device("cpu"), "fp32", 0, 1)
+    try:
+        rules = [agent.rules.rules for agent in collector.agents]
+        assert [[type(rule).__name__ for rule in r] for r in rules] == [
+            ["EmptyGraspRetry", "StalledGraspLift"]] * 2
+        assert rules[0][0] is not rules[1][0]
+        _, episodes = collector.collect(0.03, joint=False)
+        assert len(episodes) >= 4  # a task per episode in every env's agent
+        assert all(agent.statistics()["history_restarts"] >= 2 for agent in collector.agents)
+    finally:
+        collector.close()
+    plain = ft.RolloutCollector(ac, reference, SMALL, torch.device("cpu"), "fp32", 0, 1)
+    try:
+        assert all(not agent.rules for agent in plain.agents)
+    finally:
+        plain.close()
+
+
 def test_a_non_finite_observation_stops_the_iteration_naming_the_seed(tiny_checkpoint,
                                                                       tmp_path, monkeypatch):
     from diffusion_policy_ros.sim.env import GraspEnv

@@ -134,30 +134,3 @@ def test_sync_vector_env_batches_two_envs():
         assert info["reward_terms"]["smoothness"].shape == (2,)
     finally:
         envs.close()
-
-
-def test_a_gripper_closed_on_nothing_is_reopened_as_policy_node_does():
-    """With grasp_retry, actions that keep the gripper closed on nothing (the arm at
-    home, far from every object) are executed with it opening for open_for_s (the
-    tracker ramps the gripper's reference at its speed limit), then closing again."""
-    from diffusion_policy_ros.policy.grasp_retry import GraspRetryConfig
-
-    retry = GraspRetryConfig(empty_for_s=0.3, open_for_s=0.5, max_retries=1)
-    sim = dataclasses.replace(load_sim_config(), time_limit_s=3.0)
-    with GraspRlEnv(sim, grasp_retry=retry) as e:
-        obs, info = e.reset(seed=300)
-        references, retries = [], []
-        for _ in range(25):
-            closed = _hold(obs)
-            closed[:, -1] = 0.0
-            obs, _, _, _, info = e.step(closed)
-            references.append(e.env.runtime.last_command.gripper_opening_m)
-            retries.append(info["grasp_retries"])
-        first = retries.index(1)  # closed (about 0.8 s), then empty for 0.3 s
-        assert 8 <= first <= 14 and retries[-1] == 1  # once per task (max_retries 1)
-        assert references[first - 1] == 0.0
-        opening = references[first:first + 5]  # open_for_s: 5 steps of 0.1 s
-        assert all(b > a for a, b in zip(opening, opening[1:], strict=False)), references
-        assert references[-1] < max(opening) and references[-1] == pytest.approx(0.0, abs=1e-3)
-        e.reset(seed=301)
-        assert e.step(_hold(e._obs))[4]["grasp_retries"] == 0  # a new episode, a new task

@@ -11,11 +11,14 @@ differ in the last bits of a float, so each test asks for a majority where it ca
 
 import pytest
 
-from diffusion_policy_ros.config import REFERENCE_CHECKPOINT, SHIPPED_CHECKPOINT
+from diffusion_policy_ros.acting.grasp_rules import load_grasp_rules
+from diffusion_policy_ros.config import CONFIG_DIR, REFERENCE_CHECKPOINT, SHIPPED_CHECKPOINT
 from diffusion_policy_ros.learning.evaluate import evaluate
 from diffusion_policy_ros.sim.task import parse_instruction
 
 pytestmark = pytest.mark.slow
+#: The reports were written with the grasp rules on (dpr eval --rules config/grasp_rules.yaml).
+RULES = load_grasp_rules(CONFIG_DIR / "grasp_rules.yaml")
 OBJECTS = ["red_cube", "green_cube", "blue_cube", "yellow_cylinder", "purple_cylinder"]
 
 
@@ -36,7 +39,7 @@ def test_shipped_checkpoint_is_small_and_loads():
 
 def _run(mode: str, episodes: int, seed: int):
     return evaluate(SHIPPED_CHECKPOINT, episodes=episodes, seed=seed, instruction_mode=mode,
-                    progress=False)[1]
+                    progress=False, rules=RULES)[1]
 
 
 def test_lifts_the_object_the_instruction_names():
@@ -49,7 +52,7 @@ def test_lifts_the_named_object_through_time_of_flight_depth_noise():
     """Robustness: the simulated Kinect's range noise, dropouts and invalid edge pixels
     on (`dpr eval --depth-noise`); the demonstrations were recorded without them."""
     outcomes = evaluate(SHIPPED_CHECKPOINT, episodes=3, seed=5004, progress=False,
-                        depth_noise=True)[1]
+                        depth_noise=True, rules=RULES)[1]
     assert sum(o.success for o in outcomes) >= 2, outcomes
     assert all(o.wrong_object is None for o in outcomes)
 
@@ -72,8 +75,9 @@ def test_drops_the_first_instruction_for_a_new_one():
 
 def test_a_gripper_closed_on_nothing_is_reopened_and_the_object_lifted():
     """Seed 5006: the fingers close past the red cube and the policy alone never opens
-    them again (`dpr eval --episodes 1 --seed 5006 --grasp-retry off` times out);
-    re-opened once, as policy_node does by default, it lifts the cube
+    them again (`dpr eval --episodes 1 --seed 5006` without the rules times out);
+    re-opened once, as policy_node does with config/grasp_rules.yaml, it lifts the cube
     (docs/results/grasp_unet_cd32_floor12_task_5000.json)."""
-    (outcome,) = evaluate(SHIPPED_CHECKPOINT, episodes=1, seed=5006, progress=False)[1]
+    (outcome,) = evaluate(SHIPPED_CHECKPOINT, episodes=1, seed=5006, progress=False,
+                          rules=RULES)[1]
     assert outcome.grasp_retries == 1 and outcome.success, outcome

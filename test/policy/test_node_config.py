@@ -1,8 +1,10 @@
-"""config/policy_node.yaml mirrors PolicyNodeConfig's defaults; choices match policy.devices."""
+"""config/policy_node.yaml mirrors PolicyNodeConfig's defaults (the chunk rules, off, are
+config/grasp_rules.yaml's to turn on); choices match policy.devices."""
 
 import pytest
-import yaml
 
+from diffusion_policy_ros.acting.grasp_lift import GraspLiftConfig
+from diffusion_policy_ros.acting.grasp_retry import GraspRetryConfig
 from diffusion_policy_ros.config import (
     CONFIG_DIR,
     ConfigError,
@@ -13,8 +15,6 @@ from diffusion_policy_ros.config import (
     load_node_params,
 )
 from diffusion_policy_ros.policy.devices import DEVICES, PRECISIONS
-from diffusion_policy_ros.policy.grasp_lift import GraspLiftConfig
-from diffusion_policy_ros.policy.grasp_retry import GraspRetryConfig
 from diffusion_policy_ros.policy.node_config import (
     BACKEND_CHOICES,
     DEVICE_CHOICES,
@@ -24,17 +24,34 @@ from diffusion_policy_ros.policy.node_config import (
 from diffusion_policy_ros.policy.runtime_backends import BACKENDS
 
 YAML = CONFIG_DIR / "policy_node.yaml"
+RULES = ("grasp_retry.", "grasp_lift.")
 
 
 def test_yaml_section_has_exactly_the_dataclass_defaults():
     params = load_node_params(YAML, "policy_node")  # nested sections as dotted names
-    assert "grasp_retry" in yaml.safe_load(YAML.read_text())["/**/policy_node"]["ros__parameters"]
     defaults = PolicyNodeConfig()
     assert params == {f.param_name: field_value(defaults, f)
-                      for f in config_fields(PolicyNodeConfig)}
+                      for f in config_fields(PolicyNodeConfig)
+                      if not f.param_name.startswith(RULES)}
     assert load_config(PolicyNodeConfig, YAML, "policy_node") == defaults
     assert defaults.grasp_retry == GraspRetryConfig()  # one set of defaults
     assert defaults.grasp_lift == GraspLiftConfig()
+    assert not defaults.grasp_retry.enabled and not defaults.grasp_lift.enabled
+
+
+def test_the_rules_file_on_top_turns_the_grasp_rules_on():
+    """--params-file config/policy_node.yaml --params-file config/grasp_rules.yaml."""
+    rules = load_node_params(CONFIG_DIR / "grasp_rules.yaml", "policy_node")
+    assert rules and all(name.startswith(RULES) for name in rules)
+    cfg = config_from_params(PolicyNodeConfig, {**load_node_params(YAML, "policy_node"),
+                                                **rules})
+    assert cfg.grasp_retry.enabled and cfg.grasp_lift.enabled
+    assert cfg.grasp_retry.empty_below_m == rules["grasp_retry.empty_below_m"]
+
+
+def test_a_rule_turned_on_without_its_thresholds_is_refused():
+    with pytest.raises(ConfigError, match="grasp_retry.empty_below_m is not set"):
+        config_from_params(PolicyNodeConfig, {"grasp_retry.enabled": True})
 
 
 def test_defaults_follow_the_contract():
@@ -64,6 +81,7 @@ def test_every_field_is_documented_with_range_or_choices():
     ({"gripper_joint": "joint_3"}, "duplicates"),
     ({"rate_hz": 0.0}, "rate_hz"),
     ({"grasp_retry.empty_below_m": 0.09}, "empty_below_m"),
+    ({"grasp_lift.enabled": True, "grasp_lift.wide_above_m": 0.053}, "tool_below_m"),
 ])
 def test_bad_values_are_named(params, match):
     with pytest.raises(ConfigError, match=match):

@@ -25,7 +25,7 @@ from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory
 from visualization_msgs.msg import Marker, MarkerArray
 
-from diffusion_policy_ros.config import CONFIG_DIR
+from diffusion_policy_ros.config import CONFIG_DIR, load_node_params
 from diffusion_policy_ros.learning.collect import episode_name
 from diffusion_policy_ros.learning.episode_bag import read_episode
 from diffusion_policy_ros.ros.conversions import (
@@ -39,6 +39,8 @@ pytestmark = pytest.mark.ros
 MODULE = "diffusion_policy_ros.ros.policy_node"
 PARAMS = ["--params-file", str(CONFIG_DIR / "policy_node.yaml"),
           "-p", "diagnostics_period_s:=0.2", "-p", "device:=cpu"]
+#: The simulated grasp task's chunk rules, a parameter file on top of the node's.
+GRASP_RULES = ["--params-file", str(CONFIG_DIR / "grasp_rules.yaml")]
 NAMES = ["joint_1", "joint_2", "joint_3", "joint_4", "joint_5", "joint_6", "gripper_joint"]
 LATCHED = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
 
@@ -423,11 +425,12 @@ def test_the_no_instruction_hint_names_the_topic_in_the_nodes_namespace(start_no
 
 
 def test_a_gripper_closed_on_nothing_is_reopened(ros, start_node, assets):
-    """grasp_retry.*: joint_states report the gripper closed on nothing; after
-    empty_for_s the chunks hold it at open_to_m for open_for_s, max_retries times."""
+    """grasp_retry.* (config/grasp_rules.yaml): joint_states report the gripper closed on
+    nothing; after empty_for_s the chunks hold it at open_to_m for open_for_s, max_retries
+    times."""
     checkpoint, episode = assets
     open_to_m = 0.05  # an opening the policy's own chunks do not hold exactly
-    node = start_node(MODULE, [*PARAMS, "-p", f"checkpoint:={checkpoint}",
+    node = start_node(MODULE, [*PARAMS, *GRASP_RULES, "-p", f"checkpoint:={checkpoint}",
                                "-p", "autostart:=true", "-p", "grasp_retry.empty_for_s:=0.3",
                                "-p", "grasp_retry.open_for_s:=0.5",
                                "-p", f"grasp_retry.open_to_m:={open_to_m}",
@@ -457,8 +460,9 @@ def test_a_gripper_closed_on_nothing_is_reopened(ros, start_node, assets):
     ros.spin_until(lambda: h.count("grasp_retries_total") == 1, 5.0,
                    lambda: f"grasp_retries_total: {h.diagnostics()}")
     # the operator reads why the gripper opened, once
-    ros.spin_until(lambda: "grasp recovery (reopened" in node.log(), 5.0, node.log)
-    assert node.log().count("grasp recovery (reopened") == 1, node.log()
+    ros.spin_until(lambda: "chunk rule (reopened" in node.log(), 5.0, node.log)
+    assert node.log().count("chunk rule (reopened") == 1, node.log()
+    assert "chunk rules: EmptyGraspRetry, StalledGraspLift" in node.log()
     for _, msg in h.chunks[first:]:
         for point in msg.points:  # the arm columns are the policy's in every chunk
             assert all(math.isfinite(q) for q in point.positions)
@@ -572,7 +576,9 @@ def exported(assets, tmp_path_factory):
     ("aot_missing", {"backend": "aotinductor"},
      "export the checkpoint first (dpr export --format aotinductor"),
     ("aot_from_onnx_dir", {"backend": "aotinductor"}, "aot.json not found"),
-    ("lift_without_kinematics", {"urdf_file": "/nonexistent/arm.urdf"},
+    ("lift_without_kinematics", {"urdf_file": "/nonexistent/arm.urdf",
+                                 **load_node_params(CONFIG_DIR / "grasp_rules.yaml",
+                                                    "policy_node")},
      "grasp_lift.enabled needs the arm's kinematics: cannot read the arm's kinematics from "
      "'/nonexistent/arm.urdf'"),
 ])

@@ -1,4 +1,4 @@
-"""The robot path (sync, policy, tracker nodes) runs without the simulator (#18).
+"""The robot path (sync, policy, tracker nodes) runs without the simulator.
 
 On a real arm neither MuJoCo nor ``diffusion_policy_ros.sim`` need be installed or
 loaded: importing the nodes in a fresh interpreter, and computing the markers'

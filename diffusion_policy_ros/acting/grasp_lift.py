@@ -4,9 +4,10 @@ The shipped policy lifts when the gripper's opening matches a flat grasp of the 
 When the fingers meet a cube across two of its corners, the opening stops at the cube's
 diagonal (56-70 mm, above every flat grasp here) and the policy waits there, commanding
 the gripper closed, until the episode ends: the commonest failure after an instruction
-switch (docs/rl.md). The cube is held, squeezed between the fingers, and a lift carries
-it. Re-opening it instead was tried twice and lost more episodes than it mended: a
-re-opened grasp is a new draw that can land on the corners again.
+switch (docs/explanation/grasp-rules.md). The cube is held, squeezed between the
+fingers, and a lift carries it. Re-opening it instead was tried twice and lost more
+episodes than it mended: a re-opened grasp is a new draw that can land on the corners
+again.
 
 The rule, at each chunk's observation (stamps in s, openings in m): the policy commands
 the gripper narrower than ``wide_above_m`` (the chunk's first ``commanded_points``) while
@@ -18,33 +19,48 @@ the measured joints, the tool's orientation held (damped least squares on the ar
 forward kinematics, ``SerialChainKinematics.vertical_lift_path``), and the gripper is
 commanded to ``squeeze_to_m``; then the policy's commands return. At most ``max_lifts``
 per task. The lift's joint targets pass the tracker's limits like every chunk.
-``policy_node`` and ``dpr eval`` run the same rule (``policy.grasp_recovery``).
+``wide_above_m``, ``tool_below_m`` and ``lift_m`` depend on the task's objects and on
+what the task counts as lifted, so they have no defaults: a rules file sets them
+(config/grasp_rules.yaml for the simulated grasp task).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
+from diffusion_policy_ros.acting.rules import STAMP_TOLERANCE_S, RuleEvent
 from diffusion_policy_ros.config import param
-from diffusion_policy_ros.policy.grasp_retry import STAMP_TOLERANCE_S, GraspEvent
 
-if TYPE_CHECKING:  # the rule itself needs no torch: the chain solves the path
-    from diffusion_policy_ros.policy.kinematics import SerialChainKinematics
+
+class ArmKinematics(Protocol):
+    """The arm's chain (root -> arm joints -> tool), e.g. ``policy.kinematics.urdf_kinematics``:
+    the rule itself needs no torch, the chain solves the path."""
+
+    n_joints: int
+
+    def tool_positions(self, q_rad: np.ndarray) -> np.ndarray:
+        """(..., 3) tool centre points in the root frame (m)."""
+
+    def vertical_lift_path(self, q0_rad: np.ndarray,
+                           rise_m: np.ndarray) -> tuple[np.ndarray, float]:
+        """(len(rise_m), n_joints) joints raising the tool by ``rise_m``, orientation held,
+        and the path's largest pose error (m)."""
 
 @dataclasses.dataclass
 class GraspLiftConfig:
     """``policy_node``'s ``grasp_lift.*`` parameters (``PolicyNodeConfig``)."""
 
     enabled: bool = param(
-        True, "Lift a grasp that stalled wide, e.g. a cube held across its corners, which the "
-        "policy never lifts (policy/grasp_lift.py); needs the arm's kinematics (urdf_file, "
+        False, "Lift a grasp that stalled wide, e.g. a cube held across its corners, which the "
+        "policy never lifts (acting/grasp_lift.py); needs the arm's kinematics (urdf_file, "
         "tool_link)")
     wide_above_m: float = param(
-        0.053, "Commanded opening below this and measured above it: stalled wide (m; above "
-        "every flat grasp, below the narrowest cube's diagonal, 57 mm)", low=0.001, high=0.2)
+        0.0, "Commanded opening below this and measured above it: stalled wide (m; above "
+        "every flat grasp of the task's objects, below their narrowest diagonal); 0 = not "
+        "set, which the enabled rule refuses", low=0.0, high=0.2)
     open_below_m: float = param(0.08, "A measured opening above this is an open gripper, "
                                 "not a stalled grasp (m)", low=0.001, high=0.2)
     closing_below_m_s: float = param(0.02, "Closing slower than this counts as stalled (m/s; "
@@ -52,12 +68,14 @@ class GraspLiftConfig:
     stall_for_s: float = param(0.5, "Stalled wide this long before the lift (s)", low=0.0,
                                high=10.0)
     tool_below_m: float = param(
-        0.08, "Only with the tool centre point below this height over the base (m; table top "
-        "0): what the fingers hold still rests on the table", low=-1.0, high=2.0)
+        0.0, "Only with the tool centre point below this height over the base (m; table top "
+        "0): what the fingers hold still rests on the table, so above the table by the "
+        "task's grasp heights; 0 = not set, which the enabled rule refuses",
+        low=-1.0, high=2.0)
     commanded_points: int = param(4, "Chunk points whose gripper command counts as "
                                   "commanded closed", low=1, high=64)
-    lift_m: float = param(0.15, "Height the tool rises, orientation held (m; the task counts "
-                          "0.10 m as lifted)", low=0.01, high=0.5)
+    lift_m: float = param(0.0, "Height the tool rises, orientation held (m); 0 = not set, "
+                          "which the enabled rule refuses", low=0.0, high=0.5)
     lift_ramp_s: float = param(1.5, "Time over which it rises (s)", low=0.1, high=10.0)
     lift_for_s: float = param(2.5, "How long the lift replaces the policy's chunks (s)",
                               low=0.1, high=30.0)
@@ -66,16 +84,21 @@ class GraspLiftConfig:
     max_lifts: int = param(1, "Lifts per task (instruction)", low=0, high=100)
 
     def validate(self) -> None:
-        if not 0.0 < self.wide_above_m < self.open_below_m:
-            raise ValueError(f"need 0 < wide_above_m ({self.wide_above_m}) < open_below_m "
+        unset = [name for name in ("wide_above_m", "tool_below_m", "lift_m")
+                 if getattr(self, name) == 0.0]
+        if self.enabled and unset:
+            raise ValueError(f"grasp_lift.{', grasp_lift.'.join(unset)} not set: they depend "
+                             "on the task's objects (config/grasp_rules.yaml sets them)")
+        if not self.wide_above_m < self.open_below_m:
+            raise ValueError(f"need wide_above_m ({self.wide_above_m}) < open_below_m "
                              f"({self.open_below_m})")
         if self.stall_for_s < 0.0 or self.lift_ramp_s <= 0.0 or self.lift_for_s <= 0.0:
             raise ValueError("stall_for_s >= 0, lift_ramp_s > 0 and lift_for_s > 0 needed")
         if self.closing_below_m_s < 0.0 or self.commanded_points < 1 or self.max_lifts < 0:
             raise ValueError("closing_below_m_s >= 0, commanded_points >= 1 and "
                              "max_lifts >= 0 needed")
-        if not 0.0 < self.lift_m <= 0.5 or self.squeeze_to_m < 0.0:
-            raise ValueError(f"need 0 < lift_m ({self.lift_m}) <= 0.5 and squeeze_to_m >= 0")
+        if not 0.0 <= self.lift_m <= 0.5 or self.squeeze_to_m < 0.0:
+            raise ValueError(f"need 0 <= lift_m ({self.lift_m}) <= 0.5 and squeeze_to_m >= 0")
 
 
 def lift_rise_m(config: GraspLiftConfig, action_dt_s: float) -> np.ndarray:
@@ -86,9 +109,9 @@ def lift_rise_m(config: GraspLiftConfig, action_dt_s: float) -> np.ndarray:
 
 
 class StalledGraspLift:
-    """Applies the rule of the module docstring to one task's chunks, in stamp order.
+    """Applies the rule of the module docstring to one task's chunks, in stamp order
+    (a ``ChunkRule``).
 
-    ``kinematics``: the arm's chain (root -> arm joints -> tool), e.g. ``urdf_kinematics``.
     The arm joints are the chunk's first ``kinematics.n_joints`` columns, the gripper its
     ``gripper_column``."""
 
@@ -97,7 +120,7 @@ class StalledGraspLift:
     #: out-of-reach arm) is dropped.
     MAX_PATH_ERROR = 0.005
 
-    def __init__(self, config: GraspLiftConfig, kinematics: SerialChainKinematics,
+    def __init__(self, config: GraspLiftConfig, kinematics: ArmKinematics,
                  action_dt_s: float, gripper_column: int = -1):
         config.validate()
         if action_dt_s <= 0.0:
@@ -106,11 +129,11 @@ class StalledGraspLift:
         self.kinematics = kinematics
         self.action_dt_s = action_dt_s
         self.gripper_column = gripper_column
-        #: Lifts started over every task, and lifts whose path was not solved (diagnostics).
+        #: Lifts started over every task, and lifts whose path was not solved.
         self.lifts_total = 0
         self.unsolved_total = 0
         #: What the last ``apply`` did beyond passing the chunk on or continuing a lift.
-        self.last_event: GraspEvent | None = None
+        self.last_event: RuleEvent | None = None
         self.restart()
 
     def restart(self) -> None:
@@ -121,7 +144,11 @@ class StalledGraspLift:
         self._path: np.ndarray | None = None
         self._path_start_s = 0.0
 
-    def lifting_at(self, stamp_s: float) -> bool:
+    def statistics(self) -> dict[str, int]:
+        return {"grasp_lifts_total": self.lifts_total,
+                "grasp_lifts_unsolved_total": self.unsolved_total}
+
+    def holds(self, stamp_s: float) -> bool:
         """Whether a lift owns the chunk for an observation at ``stamp_s`` (a lift whose
         ``lift_for_s`` has passed ends here)."""
         if self._path is not None and \
@@ -135,9 +162,7 @@ class StalledGraspLift:
         ``joint_positions`` (the chunk's columns): ``chunk`` itself, or a lift."""
         c = self.config
         self.last_event = None
-        if not c.enabled:
-            return chunk
-        if self.lifting_at(stamp_s):
+        if self.holds(stamp_s):
             return self._lift_chunk(chunk, stamp_s)
         if self.lifts >= c.max_lifts or not self._stalled_wide(chunk, joint_positions, stamp_s):
             return chunk
@@ -152,14 +177,14 @@ class StalledGraspLift:
                    f"for {waited_s:.1f} s, the policy commanding it closed)")
         if not (np.isfinite(path).all() and error <= self.MAX_PATH_ERROR):
             self.unsolved_total += 1
-            self.last_event = GraspEvent(
+            self.last_event = RuleEvent(
                 "lift_unsolved", stamp_s,
                 f"{stalled}, but no vertical lift path within {self.MAX_PATH_ERROR * 1e3:g} mm "
                 f"(pose error {error * 1e3:.1f} mm): not lifted, the policy's chunks stand")
             return chunk
         self.lifts_total += 1
         self._path, self._path_start_s = path, stamp_s
-        self.last_event = GraspEvent(
+        self.last_event = RuleEvent(
             "lifted", stamp_s,
             f"{stalled}: lifting the tool {c.lift_m:g} m over {c.lift_ramp_s:g} s, gripper "
             f"commanded to {c.squeeze_to_m * 1e3:.0f} mm, for {c.lift_for_s:g} s")

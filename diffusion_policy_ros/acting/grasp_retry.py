@@ -1,11 +1,11 @@
 """``EmptyGraspRetry``: re-open a gripper that closed on nothing, so the policy grasps again.
 
-The shipped policy's commonest held-out failure is a gripper that closed past its
-object (the object slipped out, or the fingers missed it) to a few millimetres and
-never opened again: no demonstration starts from there, so the policy holds still.
-From an open gripper next to the object it grasps again (docs/rl.md measures how often
-that recovers an episode). Re-opening is safe where it applies: an opening below the
-narrowest object the robot is asked to grasp means the fingers hold nothing, so
+The shipped policy's commonest held-out failure is a gripper that closed past its object
+(the object slipped out, or the fingers missed it) to a few millimetres and never opened
+again: no demonstration starts from there, so the policy holds still. From an open
+gripper next to the object it grasps again (docs/explanation/grasp-rules.md measures how
+often that recovers an episode). Re-opening is safe where it applies: an opening below
+the narrowest object the robot is asked to grasp means the fingers hold nothing, so
 nothing can be dropped.
 
 The rule, on the measured opening at each chunk's observation: closed below
@@ -13,7 +13,8 @@ The rule, on the measured opening at each chunk's observation: closed below
 ``open_to_m`` for ``open_for_s``, then the policy's own gripper commands return; at
 most ``max_retries`` times per task (a new instruction or episode starts a new task).
 Times are the observations' stamps (sim or robot time). The arm columns are never
-changed. ``policy_node`` and ``dpr eval`` run the same rule.
+changed. ``empty_below_m`` depends on the objects of the task, so it has no default: a
+rules file sets it (config/grasp_rules.yaml for the simulated grasp task).
 """
 
 from __future__ import annotations
@@ -22,33 +23,19 @@ import dataclasses
 
 import numpy as np
 
+from diffusion_policy_ros.acting.rules import STAMP_TOLERANCE_S, RuleEvent
 from diffusion_policy_ros.config import param
-
-#: Stamps this close count as equal (s): 10 Hz observations reach 0.5 s exactly.
-STAMP_TOLERANCE_S = 1e-6
-
-
-@dataclasses.dataclass(frozen=True)
-class GraspEvent:
-    """A grasp rule overriding the policy, for an operator's log: ``kind`` is
-    ``reopened``, ``lifted`` or ``lift_unsolved``; ``stamp_s`` the observation's stamp.
-    A rule fires a few times per task at most (``max_retries``, ``max_lifts``), so a
-    node can log every event without flooding."""
-
-    kind: str
-    stamp_s: float
-    message: str
 
 
 @dataclasses.dataclass
 class GraspRetryConfig:
     """``policy_node``'s ``grasp_retry.*`` parameters (``PolicyNodeConfig``)."""
 
-    enabled: bool = param(True, "Re-open a gripper that closed on nothing "
-                          "(policy/grasp_retry.py): the policy grasps again from there")
+    enabled: bool = param(False, "Re-open a gripper that closed on nothing "
+                          "(acting/grasp_retry.py): the policy grasps again from there")
     empty_below_m: float = param(
-        0.02, "A measured opening below this holds nothing (m; half the narrowest object "
-        "here, 40 mm)", low=0.001, high=0.2)
+        0.0, "A measured opening below this holds nothing (m; below the narrowest object of "
+        "the task); 0 = not set, which the enabled rule refuses", low=0.0, high=0.2)
     empty_for_s: float = param(0.5, "Closed on nothing this long before the gripper is "
                                "re-opened (s)", low=0.0, high=10.0)
     open_for_s: float = param(1.0, "The gripper is held open this long, then the policy's "
@@ -59,24 +46,27 @@ class GraspRetryConfig:
                              "commands stand", low=0, high=100)
 
     def validate(self) -> None:
-        if not 0.0 < self.empty_below_m < self.open_to_m:
-            raise ValueError(f"need 0 < empty_below_m ({self.empty_below_m}) < open_to_m "
+        if self.enabled and self.empty_below_m <= 0.0:
+            raise ValueError("grasp_retry.empty_below_m is not set: it depends on the "
+                             "task's objects (config/grasp_rules.yaml sets it)")
+        if not self.empty_below_m < self.open_to_m:
+            raise ValueError(f"need empty_below_m ({self.empty_below_m}) < open_to_m "
                              f"({self.open_to_m})")
         if self.empty_for_s < 0.0 or self.open_for_s <= 0.0 or self.max_retries < 0:
             raise ValueError("empty_for_s >= 0, open_for_s > 0 and max_retries >= 0 needed")
 
 
 class EmptyGraspRetry:
-    """Applies the rule of the module docstring to one task's chunks, in stamp order."""
+    """Applies the rule of the module docstring to one task's chunks, in stamp order
+    (a ``ChunkRule``)."""
 
     def __init__(self, config: GraspRetryConfig, gripper_column: int = -1):
         config.validate()
         self.config = config
         self.gripper_column = gripper_column
-        #: Re-openings over every task (diagnostics).
+        #: Re-openings over every task.
         self.retries_total = 0
-        #: What the last ``apply`` did beyond passing the chunk on, if anything.
-        self.last_event: GraspEvent | None = None
+        self.last_event: RuleEvent | None = None
         self.restart()
 
     def restart(self) -> None:
@@ -85,13 +75,21 @@ class EmptyGraspRetry:
         self._empty_since_s: float | None = None
         self._open_until_s: float | None = None
 
-    def apply(self, chunk: np.ndarray, opening_m: float, stamp_s: float) -> np.ndarray:
-        """The chunk to execute for an observation at ``stamp_s`` whose measured gripper
-        opening is ``opening_m``: ``chunk`` itself, or a copy with the gripper held open."""
+    def holds(self, stamp_s: float) -> bool:
+        """Never: while the gripper is held open the arm's columns stay the policy's, and
+        the rules after this one see the chunk."""
+        return False
+
+    def statistics(self) -> dict[str, int]:
+        return {"grasp_retries_total": self.retries_total}
+
+    def apply(self, chunk: np.ndarray, joint_positions: np.ndarray,
+              stamp_s: float) -> np.ndarray:
+        """The chunk to execute for an observation at ``stamp_s`` with the measured
+        ``joint_positions``: ``chunk`` itself, or a copy with the gripper held open."""
         c = self.config
         self.last_event = None
-        if not c.enabled:
-            return chunk
+        opening_m = float(joint_positions[self.gripper_column])
         if self._open_until_s is not None and \
                 stamp_s >= self._open_until_s - STAMP_TOLERANCE_S:
             self._open_until_s = None
@@ -108,7 +106,7 @@ class EmptyGraspRetry:
             self.retries_total += 1
             self._empty_since_s = None
             self._open_until_s = stamp_s + c.open_for_s
-            self.last_event = GraspEvent(
+            self.last_event = RuleEvent(
                 "reopened", stamp_s,
                 f"gripper closed on nothing ({opening_m * 1e3:.0f} mm for {waited_s:.1f} s): "
                 f"held open at {c.open_to_m * 1e3:.0f} mm for {c.open_for_s:g} s "

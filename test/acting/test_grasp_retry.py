@@ -3,7 +3,9 @@
 import numpy as np
 import pytest
 
-from diffusion_policy_ros.policy.grasp_retry import EmptyGraspRetry, GraspRetryConfig
+from diffusion_policy_ros.acting.grasp_retry import EmptyGraspRetry, GraspRetryConfig
+
+from .conftest import retry_config
 
 DT_S = 0.1  # one chunk per observation, 10 Hz
 
@@ -19,7 +21,7 @@ def _run(retry: EmptyGraspRetry, openings_m, start_s: float = 3.0) -> list[bool]
     held = []
     for k, opening in enumerate(openings_m):
         chunk = _chunk()
-        out = retry.apply(chunk, opening, start_s + k * DT_S)
+        out = retry.apply(chunk, np.append(np.zeros(6), opening), start_s + k * DT_S)
         np.testing.assert_array_equal(out[:, :-1], chunk[:, :-1])  # the arm is never changed
         held.append(bool(out[0, -1] == retry.config.open_to_m))
         if not held[-1]:
@@ -28,7 +30,7 @@ def _run(retry: EmptyGraspRetry, openings_m, start_s: float = 3.0) -> list[bool]
 
 
 def test_a_gripper_closed_on_nothing_is_reopened_for_open_for_s():
-    retry = EmptyGraspRetry(GraspRetryConfig(empty_for_s=0.5, open_for_s=1.0, max_retries=3))
+    retry = EmptyGraspRetry(retry_config(empty_for_s=0.5, open_for_s=1.0, max_retries=3))
     held = _run(retry, [0.08] * 3 + [0.001] * 30)
     # closed from chunk 3 on: 0.5 s later (chunk 8) held open for 1.0 s (10 chunks),
     # then, still closed, again 0.5 s after that
@@ -38,10 +40,10 @@ def test_a_gripper_closed_on_nothing_is_reopened_for_open_for_s():
 
 
 def test_each_reopening_is_one_event_for_the_log():
-    retry = EmptyGraspRetry(GraspRetryConfig(empty_for_s=0.5, open_for_s=1.0, max_retries=2))
+    retry = EmptyGraspRetry(retry_config(empty_for_s=0.5, open_for_s=1.0, max_retries=2))
     events = []
     for k, opening in enumerate([0.08] * 3 + [0.001] * 40):
-        retry.apply(_chunk(), opening, 3.0 + k * DT_S)
+        retry.apply(_chunk(), np.append(np.zeros(6), opening), 3.0 + k * DT_S)
         if retry.last_event is not None:
             events.append((k, retry.last_event))
     assert [(k, e.kind) for k, e in events] == [(8, "reopened"), (23, "reopened")]
@@ -51,20 +53,20 @@ def test_each_reopening_is_one_event_for_the_log():
 
 
 def test_a_held_object_is_never_released():
-    retry = EmptyGraspRetry(GraspRetryConfig())
+    retry = EmptyGraspRetry(retry_config())
     # closing onto a 40 mm cube: the opening stops at the object's width
     assert not any(_run(retry, list(np.linspace(0.085, 0.04, 10)) + [0.04] * 100))
     assert retry.retries_total == 0
 
 
 def test_the_gripper_must_stay_empty_for_empty_for_s():
-    retry = EmptyGraspRetry(GraspRetryConfig(empty_for_s=0.5))
+    retry = EmptyGraspRetry(retry_config(empty_for_s=0.5))
     # closed for 0.4 s, open again, closed for 0.4 s: never long enough
     assert not any(_run(retry, ([0.0] * 5 + [0.05]) * 5))
 
 
 def test_retries_stop_at_max_retries_and_restart_with_the_task():
-    config = GraspRetryConfig(empty_for_s=0.0, open_for_s=DT_S, max_retries=2)
+    config = retry_config(empty_for_s=0.0, open_for_s=DT_S, max_retries=2)
     retry = EmptyGraspRetry(config)
     assert sum(_run(retry, [0.0] * 20)) == 2 and retry.retries == 2
     retry.restart()  # a new instruction
@@ -72,13 +74,19 @@ def test_retries_stop_at_max_retries_and_restart_with_the_task():
     assert retry.retries_total == 4
 
 
-def test_disabled_and_non_finite_openings_change_nothing():
-    assert not any(_run(EmptyGraspRetry(GraspRetryConfig(enabled=False)), [0.0] * 30))
-    assert not any(_run(EmptyGraspRetry(GraspRetryConfig()), [float("nan")] * 30))
+def test_non_finite_openings_change_nothing():
+    assert not any(_run(EmptyGraspRetry(retry_config()), [float("nan")] * 30))
 
 
 @pytest.mark.parametrize("change", [{"empty_below_m": 0.0}, {"empty_below_m": 0.1},
                                     {"open_for_s": 0.0}, {"max_retries": -1}])
 def test_inconsistent_settings_are_refused(change):
     with pytest.raises(ValueError):
-        EmptyGraspRetry(GraspRetryConfig(**change))
+        EmptyGraspRetry(retry_config(**change))
+
+
+def test_the_threshold_that_depends_on_the_objects_has_no_default():
+    assert GraspRetryConfig().enabled is False
+    GraspRetryConfig().validate()  # off, nothing to set
+    with pytest.raises(ValueError, match="empty_below_m is not set.*grasp_rules.yaml"):
+        GraspRetryConfig(enabled=True).validate()

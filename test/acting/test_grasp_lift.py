@@ -3,10 +3,13 @@
 import numpy as np
 import pytest
 
+from diffusion_policy_ros.acting.grasp_lift import GraspLiftConfig, StalledGraspLift
+from diffusion_policy_ros.acting.grasp_rules import grasp_rules
 from diffusion_policy_ros.description import URDF_PATH
-from diffusion_policy_ros.policy.grasp_lift import GraspLiftConfig, StalledGraspLift
 from diffusion_policy_ros.policy.kinematics import urdf_kinematics
 from diffusion_policy_ros.sim.scene import ARM_JOINT_NAMES
+
+from .conftest import lift_config, retry_config
 
 DT_S = 0.1  # one chunk per observation, 10 Hz
 #: The packaged arm bent over the table, the tool 3 cm above its top (a grasp's pose).
@@ -45,7 +48,7 @@ def _run(lift: StalledGraspLift, openings_m, commanded_m: float = 0.0,
 
 
 def test_a_grasp_stalled_wide_is_lifted_for_lift_for_s_once_per_task(arm):
-    lift = StalledGraspLift(GraspLiftConfig(stall_for_s=0.5, lift_for_s=2.5), arm, DT_S)
+    lift = StalledGraspLift(lift_config(stall_for_s=0.5, lift_for_s=2.5), arm, DT_S)
     # closing onto a cube's corners: the opening stops at 65 mm while the policy commands 0
     openings = list(np.linspace(0.085, 0.066, 3)) + [0.065] * 60
     events = []
@@ -66,7 +69,7 @@ def test_a_grasp_stalled_wide_is_lifted_for_lift_for_s_once_per_task(arm):
 
 
 def test_the_lift_chunk_follows_the_path_from_its_stamp(arm):
-    config = GraspLiftConfig(stall_for_s=0.0, lift_m=0.1, lift_ramp_s=1.0, lift_for_s=2.0)
+    config = lift_config(stall_for_s=0.0, lift_m=0.1, lift_ramp_s=1.0, lift_for_s=2.0)
     lift = StalledGraspLift(config, arm, DT_S)
     start = lift.apply(_chunk(), _joints(0.065), 3.0)
     later = lift.apply(_chunk(), _joints(0.065), 3.5)
@@ -78,9 +81,9 @@ def test_the_lift_chunk_follows_the_path_from_its_stamp(arm):
 
 
 @pytest.mark.parametrize("case", ["flat grasp", "still closing", "policy opens",
-                                  "gripper open", "tool high", "disabled"])
+                                  "gripper open", "tool high"])
 def test_no_lift_unless_stalled_wide_near_the_table(arm, case):
-    config = GraspLiftConfig(enabled=case != "disabled")
+    config = lift_config()
     lift = StalledGraspLift(config, arm, DT_S)
     openings, commanded, pose = [0.065] * 30, 0.0, GRASP_POSE_RAD
     if case == "flat grasp":
@@ -102,7 +105,7 @@ def test_no_lift_unless_stalled_wide_near_the_table(arm, case):
 def test_a_lift_that_cannot_be_solved_is_dropped_and_counted(arm):
     # the arm reaching far out over the table: half a metre up is out of its reach
     reaching = np.array([0.0, -0.5, 1.0, -2.0, -1.57, 0.0])
-    lift = StalledGraspLift(GraspLiftConfig(stall_for_s=0.0, lift_m=0.5), arm, DT_S)
+    lift = StalledGraspLift(lift_config(stall_for_s=0.0, lift_m=0.5), arm, DT_S)
     events = []
     assert not any(_run(lift, [0.065] * 3, arm_rad=reaching, events=events))  # chunks stand
     assert lift.unsolved_total == 1 and lift.lifts_total == 0
@@ -116,7 +119,15 @@ def test_a_lift_that_cannot_be_solved_is_dropped_and_counted(arm):
                                  dict(max_lifts=-1), dict(closing_below_m_s=-0.1)])
 def test_invalid_configs_are_refused(arm, bad):
     with pytest.raises(ValueError):
-        StalledGraspLift(GraspLiftConfig(**bad), arm, DT_S)
+        StalledGraspLift(lift_config(**bad), arm, DT_S)
+
+
+def test_the_thresholds_that_depend_on_the_objects_have_no_defaults():
+    assert GraspLiftConfig().enabled is False
+    GraspLiftConfig().validate()  # off, nothing to set
+    with pytest.raises(ValueError, match="wide_above_m, grasp_lift.tool_below_m, "
+                                         "grasp_lift.lift_m not set"):
+        GraspLiftConfig(enabled=True).validate()
 
 
 # seed 5: the red cube, held at 63 mm; seed 11: the green cube, the narrowest diagonal (56 mm)
@@ -127,8 +138,6 @@ def test_a_cube_held_across_its_corners_in_the_simulator_is_lifted(arm, seed, li
     by itself, and the rule lifts the cube to the task's success."""
     import math
 
-    from diffusion_policy_ros.policy.grasp_recovery import GraspRecovery
-    from diffusion_policy_ros.policy.grasp_retry import GraspRetryConfig
     from diffusion_policy_ros.sim.env import GraspEnv
     from diffusion_policy_ros.sim.expert import Phase, ScriptedExpert
     from diffusion_policy_ros.sim.sim_config import SimConfig
@@ -149,20 +158,20 @@ def test_a_cube_held_across_its_corners_in_the_simulator_is_lifted(arm, seed, li
         expert.reset(info["task"].target)
         while expert.phase is not Phase.CLOSE:
             obs, *_ = env.step(expert.act(env.runtime.scene))
-        recovery = GraspRecovery(GraspRetryConfig(), GraspLiftConfig(enabled=lift_enabled),
-                                 arm, DT_S)
+        rules = grasp_rules(retry_config(), lift_config(enabled=lift_enabled), DT_S, arm)
         hold = np.append(obs["joint_positions"][:6], 0.0)  # stay, squeezing
         openings, done = [], False
         while not done:
-            chunk = recovery.apply(np.tile(hold, (16, 1)), obs["joint_positions"],
-                                   obs["stamp_s"])
+            chunk = rules.apply(np.tile(hold, (16, 1)), obs["joint_positions"],
+                                obs["stamp_s"])
             obs, _, terminated, truncated, info = env.step(chunk, obs["stamp_s"])
             openings.append(obs["joint_positions"][-1])
             done = terminated or truncated
     assert 0.053 < np.median(openings[:5]) < 0.08  # held across the corners
-    assert recovery.retries_total == 0
+    statistics = rules.statistics()
+    assert statistics["grasp_retries_total"] == 0
     if lift_enabled:
-        assert recovery.lifts_total == 1
+        assert statistics["grasp_lifts_total"] == 1
         assert info["task"].success and info["task"].elapsed_s < 8.0, info["task"]
     else:
-        assert info["task"].timed_out and recovery.lifts_total == 0
+        assert info["task"].timed_out and "grasp_lifts_total" not in statistics

@@ -5,7 +5,7 @@ import threading
 import numpy as np
 import pytest
 
-from diffusion_policy_ros.policy.observation_history import (
+from diffusion_policy_ros.acting.observation_history import (
     FUTURE_OBSERVATION,
     NO_JOINT_STATE,
     NO_OBSERVATION,

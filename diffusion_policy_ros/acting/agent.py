@@ -1,0 +1,250 @@
+"""``PolicyAgent``: the acting loop of a diffusion policy, the same for every caller.
+
+``policy_node``, ``dpr eval`` and the RL rollouts act through it, so they act alike:
+
+- observations come in by stamp: ``add_image`` + ``add_points`` of one frame (paired
+  by their equal stamps), ``add_joint_state``, or ``add_observation`` for a whole frame
+  as the simulation makes it; an ``ObservationHistory`` keeps them.
+- ``restart(instruction, now_ns)`` starts a task (every instruction does, the same
+  words again too, and every episode): inputs stamped before ``now_ns`` are dropped, so
+  the first chunks are padded from the task's own first frame as in training and never
+  see the previous episode; the chunk rules forget the previous task; the noise stream
+  starts again.
+- ``act(now_ns)`` selects To frames one ``action_dt_s`` apart ending at the newest,
+  runs the policy, applies the chunk rules and hands back a ``Chunk``, or a ``Refusal``
+  that says why not (no instruction, stale or missing observations, non-finite input
+  or output).
+
+Initial noise (``noise``): ``stream`` draws new noise for every chunk from a generator
+seeded with ``seed`` at every task, so a task is reproducible and a hover cannot become
+a fixed point of sampling; ``fixed`` starts every chunk from the same seeded noise;
+``fresh`` draws unseeded noise.
+
+A caller that runs the policy itself (the RL rollouts, batched over environments,
+with exploration) uses the two halves of ``act``: ``select`` and ``finish``.
+
+Threading: ``add_*`` may run on another thread than the rest (the history locks);
+``restart``, ``act``, ``select`` and ``finish`` belong to one thread.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from diffusion_policy_ros.acting.observation_history import (
+    ObservationHistory,
+    Refusal,
+    Selection,
+)
+from diffusion_policy_ros.acting.rules import ChunkRules, RuleEvent
+from diffusion_policy_ros.monitoring import RollingStats
+
+NO_INSTRUCTION = "no_instruction"
+BAD_OBSERVATION = "bad_observation"
+NON_FINITE_ACTION = "non_finite_action"
+#: Not a refusal to act: the chunk belonged to a task that ended while it was computed.
+DISCARDED = "discarded_after_restart"
+NOISE_MODES = ("stream", "fixed", "fresh")
+
+
+class ChunkPolicy(Protocol):
+    """What the agent runs: ``policy.runner.PolicyRunner``. ``config`` gives
+    ``n_obs_steps`` and ``action_dt_s``; a caller of ``select`` and ``finish`` alone may
+    hand any object with that ``config`` (a ``DiffusionPolicy``)."""
+
+    config: Any
+
+    def predict(self, observations: Sequence[Mapping[str, np.ndarray]], instruction: str,
+                noise: Any = None) -> np.ndarray:
+        """(T, D) joint targets for the To observations, oldest first."""
+
+    def noise_stream(self, seed: int) -> Any:
+        """A seeded source of initial noise for successive ``predict`` calls."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Chunk:
+    """A chunk to execute: row k is for the newest observation's stamp + k * action_dt_s."""
+
+    actions: np.ndarray
+    selection: Selection
+    """The frames it was conditioned on."""
+    task: int
+    """The task it belongs to (``PolicyAgent.task`` when it was selected)."""
+    events: tuple[RuleEvent, ...]
+    """What the chunk rules did to it."""
+    predict_ms: float
+
+    @property
+    def stamp_ns(self) -> int:
+        return self.selection.stamp_ns
+
+
+class PolicyAgent:
+    """Observation history, task, noise and chunk rules of one acting loop."""
+
+    def __init__(self, joint_names: Sequence[str], *, max_obs_age_s: float = 0.5,
+                 noise: str = "stream", seed: int = 0):
+        if noise not in NOISE_MODES:
+            raise ValueError(f"noise must be one of {NOISE_MODES}, got {noise!r}")
+        self.history = ObservationHistory(joint_names, keep_s=max_obs_age_s + 1.0)
+        self.max_obs_age_s = max_obs_age_s
+        self.noise = noise
+        self.seed = seed
+        self.policy: ChunkPolicy | None = None
+        self.rules = ChunkRules()
+        self.instruction = ""
+        self._stream = None  # the task's noise generator, made at its first chunk
+        self.discarded_after_restart = 0
+        self.history_short_total = 0
+        self.history_offset_ms = RollingStats()
+
+    @property
+    def task(self) -> int:
+        """Tasks started so far."""
+        return self.history.generation
+
+    # -- policy -------------------------------------------------------------------------------
+
+    def load(self, policy: ChunkPolicy, rules: ChunkRules | None = None) -> None:
+        """Act with ``policy`` under ``rules`` (None: none) from now on."""
+        c = policy.config
+        self.history.keep_s = max(self.history.keep_s, (c.n_obs_steps - 1) * c.action_dt_s
+                                  + self.max_obs_age_s + 0.5)
+        self.rules = rules if rules is not None else ChunkRules()
+        self._stream = None
+        self.policy = policy
+
+    def unload(self) -> None:
+        self.policy = None
+
+    # -- inputs -------------------------------------------------------------------------------
+
+    def restart(self, instruction: str, now_ns: int, seed: int | None = None) -> None:
+        """Start a task for ``instruction`` at ``now_ns``; ``seed``: its noise seed (None:
+        the agent's ``seed``)."""
+        self.history.restart(now_ns)
+        self.instruction = instruction
+        if seed is not None:
+            self.seed = seed
+        self._stream = None
+        self.rules.restart()
+
+    def add_image(self, stamp_ns: int, image: np.ndarray) -> bool:
+        """Keep a frame's (H, W, 3) uint8 RGB image; True when it completes the frame."""
+        return self.history.add_image(stamp_ns, image)
+
+    def add_points(self, stamp_ns: int, points: np.ndarray, colors: np.ndarray) -> bool:
+        """Keep a frame's (N, 3) points (base frame, m) and colours; True when they
+        complete the frame."""
+        return self.history.add_points(stamp_ns, points, colors)
+
+    def add_joint_state(self, stamp_ns: int, names: Sequence[str],
+                        positions: Sequence[float]) -> str:
+        """Keep a joint state; '' or why it was ignored."""
+        return self.history.add_joint_state(stamp_ns, names, positions)
+
+    def add_observation(self, stamp_ns: int, observation: Mapping[str, np.ndarray]) -> None:
+        """A whole frame at once: ``image``, ``points``, ``point_colors`` and
+        ``joint_positions`` (in the agent's joint order), all of ``stamp_ns``."""
+        self.history.add_joint_state(stamp_ns, self.history.joint_names,
+                                     observation["joint_positions"])
+        self.history.add_image(stamp_ns, observation["image"])
+        self.history.add_points(stamp_ns, observation["points"], observation["point_colors"])
+
+    def awaiting_first_frame(self, now_ns: int) -> bool:
+        """No frame has paired since a task began at most ``max_obs_age_s`` ago: normal at
+        every task's start, not a camera that stopped."""
+        return self.history.awaiting_first_frame(now_ns, self.max_obs_age_s)
+
+    # -- acting -------------------------------------------------------------------------------
+
+    def act(self, now_ns: int, meanwhile: Callable[[], object] | None = None
+            ) -> Chunk | Refusal:
+        """The chunk for ``now_ns``, or why there is none. ``meanwhile`` runs once the
+        policy has computed it, before the rules see it: a caller that starts tasks on
+        this thread starts one that came meanwhile there, and the chunk, of the task that
+        ended, is discarded (``DISCARDED``, counted)."""
+        policy = self.policy
+        if policy is None:
+            raise RuntimeError("no policy loaded: PolicyAgent.load before act")
+        task = self.task
+        selection = self._select(policy, now_ns)
+        if isinstance(selection, Refusal):
+            return selection
+        start = time.perf_counter()
+        try:
+            actions = policy.predict(selection.observations, self.instruction,
+                                     noise=self._chunk_noise(policy))
+        except ValueError as exc:  # observations that do not fit the checkpoint
+            return Refusal(BAD_OBSERVATION, str(exc))
+        predict_ms = (time.perf_counter() - start) * 1e3
+        if not np.isfinite(actions).all():
+            return Refusal(NON_FINITE_ACTION, "the policy produced NaN or inf actions")
+        if meanwhile is not None:
+            meanwhile()
+        if self.task != task:
+            self.discarded_after_restart += 1
+            return Refusal(DISCARDED, "a new task began while the chunk was computed")
+        return self.finish(selection, actions, predict_ms)
+
+    def select(self, now_ns: int) -> Selection | Refusal:
+        """The frames a chunk for ``now_ns`` is conditioned on (``act``'s first half)."""
+        if self.policy is None:
+            raise RuntimeError("no policy loaded: PolicyAgent.load before select")
+        return self._select(self.policy, now_ns)
+
+    def finish(self, selection: Selection, actions: np.ndarray,
+               predict_ms: float = 0.0) -> Chunk:
+        """The chunk to execute for the policy's ``actions`` on ``selection``: the rules
+        applied (``act``'s second half)."""
+        newest = selection.observations[-1]
+        actions = self.rules.apply(actions, newest["joint_positions"],
+                                   selection.stamp_ns * 1e-9)
+        self.history_short_total += selection.short
+        for offset_s in selection.offsets_s[:-1]:
+            self.history_offset_ms.add(abs(offset_s) * 1e3)
+        return Chunk(actions, selection, self.task, tuple(self.rules.events), predict_ms)
+
+    def _select(self, policy: ChunkPolicy, now_ns: int) -> Selection | Refusal:
+        if not self.instruction:
+            return Refusal(NO_INSTRUCTION, "no instruction yet")
+        c = policy.config
+        return self.history.select(now_ns, c.n_obs_steps, c.action_dt_s, self.max_obs_age_s)
+
+    def _chunk_noise(self, policy: ChunkPolicy):
+        if self.noise == "fixed":
+            return self.seed
+        if self.noise == "fresh":
+            return None
+        if self._stream is None:
+            self._stream = policy.noise_stream(self.seed)
+        return self._stream
+
+    # -- statistics ---------------------------------------------------------------------------
+
+    def statistics(self) -> dict[str, int | float]:
+        """Counters of the history, the chunks and the rules, for diagnostics."""
+        h = self.history
+        pending_images, pending_points = h.pending
+        return {
+            "history_restarts": h.generation,
+            "frames": len(h),
+            "images_total": h.images_total,
+            "points_total": h.points_total,
+            "paired_total": h.paired_total,
+            "pending_images": pending_images,
+            "pending_points": pending_points,
+            "non_finite_frames_total": h.non_finite_frames,
+            "joint_states_total": h.joint_states_total,
+            **{f"dropped_{reason}": n for reason, n in sorted(h.drops.items())},
+            "discarded_after_restart": self.discarded_after_restart,
+            "history_short_total": self.history_short_total,
+            "history_offset_ms_p99": self.history_offset_ms.percentile(99),
+            **self.rules.statistics(),
+        }
