@@ -1,5 +1,5 @@
-"""Check that every relative markdown link in README.md and docs/*.md points to an
-existing file, and that every #anchor names a heading of the target file.
+"""Check that every relative markdown link in README.md and docs/ (every page, any depth)
+points to an existing file, and that every #anchor names a heading of the target file.
 
 Usage: python scripts/check_links.py [REPO_ROOT]; exit status 1 if a link is broken.
 """
@@ -29,7 +29,7 @@ def anchors(path: Path) -> set[str]:
 
 def broken_links(root: Path) -> tuple[int, list[str]]:
     checked, broken = 0, []
-    for md in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+    for md in [root / "README.md", *sorted((root / "docs").rglob("*.md"))]:
         for m in LINK.finditer(strip_code(md.read_text())):
             target = m.group(1)
             if re.match(r"[a-z]+:", target):  # http:, https:, mailto:

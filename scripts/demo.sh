@@ -7,7 +7,7 @@
 # backend runs instead). `dpr bringup` starts
 # sim_node, rgbd_sync_node, policy_node and pd_tracker_node as processes talking over
 # ROS 2 (on the sim's clock, asking for real time; the sim slows down when the machine
-# cannot keep up, docs/safety.md), runs 5 held-out episodes (seeds 5000-5004; each names
+# cannot keep up, docs/explanation/safety.md), runs 5 held-out episodes (seeds 5000-5004; each names
 # one of five objects in words), prints success, wrong-object rate, chunk latency and
 # tracker jitter, and writes the summary, node logs and per-episode GIFs and plots to
 # build/demo/. Extra arguments go to `dpr bringup`.

@@ -48,7 +48,7 @@ def tiny_checkpoint(tiny_demos, tmp_path_factory):
 def tiny_aot_student(tmp_path_factory):
     """(checkpoint, graph dir, manifest): a TINY_POLICY one-step consistency student with
     every stage the compiled graph can hold (grounding, K = 3 medoid, chunk smoothing),
-    saved and compiled by AOTInductor for one intra-op thread once for the session: the
+    saved and compiled by AOTInductor for one intra-op thread once per test run: the
     compiler is the slow part (about a minute), so the export and policy_node tests
     share one package. Every graph is only frozen: the shipped chunk head's GEMM
     autotuning would make this compile several times longer (test_export checks a

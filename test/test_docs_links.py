@@ -1,4 +1,4 @@
-"""README.md and docs/*.md: every relative link points to an existing file and heading."""
+"""README.md and every page below docs/: each relative link points to a file and heading."""
 
 import subprocess
 import sys

@@ -113,7 +113,7 @@ def test_the_backend_refuses_graphs_of_other_weights_or_settings(make_config, la
 
 @pytest.fixture(scope="module")
 def aot_export(tiny_aot_student):
-    """(policy, graph dir, manifest, weights sha256) of the session's compiled student."""
+    """(policy, graph dir, manifest, weights sha256) of the compiled student the tests share."""
     from diffusion_policy_ros.policy.checkpoint import load_checkpoint
 
     checkpoint, out, manifest = tiny_aot_student

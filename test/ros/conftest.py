@@ -108,8 +108,9 @@ class RosHarness:
 
         A Fast DDS service that has not yet matched the client's response reader
         when it answers drops the response (rmw_fastrtps waits only briefly for the
-        match; ros2/rmw_fastrtps#390, #467), though ``service_is_ready()`` already
-        holds on the client side. Seen once in a CI run on two busy cores.
+        match; ros2/rmw_fastrtps#390 and ros2/rmw_fastrtps#467), though
+        ``service_is_ready()`` already holds on the client side. Seen once in a CI run
+        on two busy cores.
         """
         self.spin_until(client.service_is_ready, 30.0, f"service {client.srv_name}")
         for _ in range(attempts):

@@ -55,6 +55,7 @@ def test_readme_instruction_command_and_a_latched_instruction_reach_policy_node(
     assert log.count("instruction: 'lift the blue block'") == 1, log
     assert "incompatible QoS" not in log, log
     assert policy.interrupt(group=True) == []
+    assert policy.proc.returncode == 0 and "Traceback" not in policy.log(), policy.log()
 
 
 def test_dpr_runs_from_the_colcon_install(ros2_env, tmp_path):

@@ -501,7 +501,7 @@ def _episode(h):
 def test_waiting_sim_scores_the_object_a_persons_instruction_names(ros, start_node):
     """publish_instruction:=false: the episode waits for a person (no time limit), then
     scores the object the words name and keeps them across resets; words naming nothing
-    give no_target (#16: the sim used to score its own target)."""
+    give no_target (the sim never scores a target of its own choosing)."""
     node = start_node("diffusion_policy_ros.ros.sim_node", SIM_PARAMS + [
         "-p", "publish_instruction:=false", "-p", "resolution:=[320, 180]",
         "-p", "time_limit_s:=0.5", "-p", "auto_reset:=true", "-p", "diagnostics_period_s:=0.2"])

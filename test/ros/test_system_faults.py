@@ -34,7 +34,7 @@ from diffusion_policy_ros.ros.conversions import stamp_to_ns
 pytestmark = [pytest.mark.ros, pytest.mark.slow]  # four nodes on two cores: ~1 min
 
 NODES = "diffusion_policy_ros.ros."
-#: A held arm's joints stay slower than this (issue #18's bound for a saturated machine).
+#: A held arm's joints stay slower than this (the bound on a saturated machine).
 STILL_RAD_S = 0.05
 #: At rest: every joint_states sample slower than STILL_RAD_S for this long (the arm's
 #: own time, its stamps: sim time on a saturated machine runs at a tenth of the wall's).

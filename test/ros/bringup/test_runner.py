@@ -100,7 +100,7 @@ def test_one_episode_through_the_real_nodes(tiny_bringup_command, bringup_env,
     # The KEY:=VALUE overrides are the nodes', not remap rules of dpr bringup's own node
     # (rcl reads backend:=torch in a process's argv as one and warns).
     assert "remap rule" not in result.stdout + result.stderr
-    assert "ERROR on /diagnostics after start-up" in result.stdout
+    assert "ERROR on /diagnostics from start-up on: " in result.stdout
 
 
 @pytest.mark.slow
@@ -131,7 +131,7 @@ def test_sigterm_stops_every_node(tiny_bringup_command, background_bringup,
 @pytest.mark.slow
 @pytest.mark.ros
 def test_a_changed_instruction_is_pursued_through_the_nodes(tmp_path, assert_children_gone):
-    """Issue #6 fault case through the nodes (`--switch-after`): another object named
+    """A changed instruction through the nodes (`--switch-after`): another object named
     first, the episode's own 1 s of sim time later; the first-named object is never
     lifted and the new target is (seeds 5016-5017: 2 of 2 in each of two 5-episode runs
     of seeds 5014-5018, docs/nodes.md; at least one asked for, as the noise is unseeded)."""
@@ -155,7 +155,9 @@ def test_a_changed_instruction_is_pursued_through_the_nodes(tmp_path, assert_chi
         assert logged.index(episode["first_instruction"]) < logged.rindex(episode["instruction"])
     assert len(summary["episodes"]) == 2, result.stdout
     assert any(e["status"] == "success" for e in summary["episodes"]), result.stdout
-    assert summary["diagnostics_errors"] == {}, result.stdout
+    # Counted from start-up on: none once the graph was ready.
+    assert all(e["count"] == e["before_ready"] for e in summary["diagnostics_errors"].values()), \
+        result.stdout
     assert_children_gone(summary)
 
 
