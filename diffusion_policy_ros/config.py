@@ -50,7 +50,7 @@ def package_data_dir() -> Path:
 DATA_DIR = package_data_dir()
 CONFIG_DIR = DATA_DIR / "config"
 #: The policy this repository ships (``dpr bringup``, ``dpr replay`` and ``dpr eval`` default):
-#: the consistency-distilled student of ``REFERENCE_CHECKPOINT`` (docs/lightdp.md).
+#: the consistency-distilled student of ``REFERENCE_CHECKPOINT`` (docs/explanation/distillation.md).
 SHIPPED_CHECKPOINT = DATA_DIR / "checkpoints" / "grasp_unet_cd32"
 #: Its DDIM-trained teacher, shipped before it: the reference of ``dpr bench lightdp``.
 REFERENCE_CHECKPOINT = DATA_DIR / "checkpoints" / "grasp_unet"
@@ -107,14 +107,18 @@ def _param_name(f: dataclasses.Field, prefix: str) -> str:
 def config_fields(cls: type, prefix: str = "") -> list[ConfigField]:
     """Every parameter of ``cls``, those of its ``section`` fields included."""
     hints = get_type_hints(cls)
-    out = []
+    out: list[ConfigField] = []
     for f in dataclasses.fields(cls):
         hint = hints[f.name]
         if _is_section(hint):
             out.extend(dataclasses.replace(sub, attr=f"{f.name}.{sub.attr}")
                        for sub in config_fields(hint, f"{_param_name(f, prefix)}."))
             continue
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        else:
+            assert f.default_factory is not dataclasses.MISSING, f"{f.name} has no default"
+            default = f.default_factory()
         base = getattr(hint, "__origin__", hint)
         out.append(ConfigField(
             attr=f.name, param_name=_param_name(f, prefix), type=base,

@@ -138,9 +138,10 @@ def layered_parameters(node_name: str, shipped_file: str,
     the user's entry, and the given values stay a dict, whose key comes last."""
     defaults = {k: v for k, (v, arg) in values.items() if arg not in given}
     chosen = {k: v for k, (v, arg) in values.items() if arg in given}
+    default_layer: dict[str, object] | str = defaults
     if user_file and defaults:
-        defaults = params_file_for(node_name, defaults)
-    layers = [shipped_file, defaults, user_file, {**chosen, **(fixed or {})}]
+        default_layer = params_file_for(node_name, defaults)
+    layers = [shipped_file, default_layer, user_file, {**chosen, **(fixed or {})}]
     return [layer for layer in layers if layer]
 
 
@@ -164,8 +165,8 @@ class ExitWatch:
 
     def __init__(self, name: str, policy: RestartPolicy | None = None):
         self.name = name
-        restarted = name in RESTARTED_NODES and policy is not None
-        self.count = RestartCount(name, policy) if restarted else None
+        self.count = (RestartCount(name, policy)
+                      if name in RESTARTED_NODES and policy is not None else None)
         self._started_s = time.monotonic()
 
     def node_arguments(self) -> dict:

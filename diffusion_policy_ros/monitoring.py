@@ -248,8 +248,8 @@ def cpu_per_sim_second(before: dict[str, float | None], after: dict[str, float |
                        sim_s: float) -> dict[str, float] | None:
     """Core-seconds each process used per second of sim time between two ``process_cpu_s``
     snapshots, with their ``total``; None without sim time or readings."""
-    used = {name: after[name] - before[name] for name in before
-            if before[name] is not None and after.get(name) is not None}
+    used = {name: now - then for name, then in before.items()
+            if then is not None and (now := after.get(name)) is not None}
     if sim_s <= 0 or not used:
         return None
     per = {name: round(cpu / sim_s, 3) for name, cpu in used.items()}

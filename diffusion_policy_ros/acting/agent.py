@@ -32,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 
@@ -52,12 +52,17 @@ DISCARDED = "discarded_after_restart"
 NOISE_MODES = ("stream", "fixed", "fresh")
 
 
-class ChunkPolicy(Protocol):
-    """What the agent runs: ``policy.runner.PolicyRunner``. ``config`` gives
-    ``n_obs_steps`` and ``action_dt_s``; a caller of ``select`` and ``finish`` alone may
-    hand any object with that ``config`` (a ``DiffusionPolicy``)."""
+class ConfiguredPolicy(Protocol):
+    """What ``load``, ``select`` and ``finish`` need of a policy: ``config`` gives
+    ``n_obs_steps`` and ``action_dt_s``. A caller of ``select`` and ``finish`` alone (it
+    runs the policy itself) may hand any object with that ``config`` (a
+    ``DiffusionPolicy``)."""
 
     config: Any
+
+
+class ChunkPolicy(ConfiguredPolicy, Protocol):
+    """What ``act`` runs: ``policy.runner.PolicyRunner``."""
 
     def predict(self, observations: Sequence[Mapping[str, np.ndarray]], instruction: str,
                 noise: Any = None) -> np.ndarray:
@@ -96,7 +101,7 @@ class PolicyAgent:
         self.max_obs_age_s = max_obs_age_s
         self.noise = noise
         self.seed = seed
-        self.policy: ChunkPolicy | None = None
+        self.policy: ConfiguredPolicy | None = None
         self.rules = ChunkRules()
         self.instruction = ""
         self._stream = None  # the task's noise generator, made at its first chunk
@@ -111,8 +116,9 @@ class PolicyAgent:
 
     # -- policy -------------------------------------------------------------------------------
 
-    def load(self, policy: ChunkPolicy, rules: ChunkRules | None = None) -> None:
-        """Act with ``policy`` under ``rules`` (None: none) from now on."""
+    def load(self, policy: ConfiguredPolicy, rules: ChunkRules | None = None) -> None:
+        """Act with ``policy`` under ``rules`` (None: none) from now on; ``act`` needs a
+        ``ChunkPolicy``, ``select`` and ``finish`` only its ``config``."""
         c = policy.config
         self.history.keep_s = max(self.history.keep_s, (c.n_obs_steps - 1) * c.action_dt_s
                                   + self.max_obs_age_s + 0.5)
@@ -152,8 +158,9 @@ class PolicyAgent:
     def add_observation(self, stamp_ns: int, observation: Mapping[str, np.ndarray]) -> None:
         """A whole frame at once: ``image``, ``points``, ``point_colors`` and
         ``joint_positions`` (in the agent's joint order), all of ``stamp_ns``."""
-        self.history.add_joint_state(stamp_ns, self.history.joint_names,
-                                     observation["joint_positions"])
+        # An ndarray: indexed and sized as the Sequence the history reads.
+        positions = cast(Sequence[float], observation["joint_positions"])
+        self.history.add_joint_state(stamp_ns, self.history.joint_names, positions)
         self.history.add_image(stamp_ns, observation["image"])
         self.history.add_points(stamp_ns, observation["points"], observation["point_colors"])
 
@@ -170,9 +177,10 @@ class PolicyAgent:
         policy has computed it, before the rules see it: a caller that starts tasks on
         this thread starts one that came meanwhile there, and the chunk, of the task that
         ended, is discarded (``DISCARDED``, counted)."""
-        policy = self.policy
-        if policy is None:
+        if self.policy is None:
             raise RuntimeError("no policy loaded: PolicyAgent.load before act")
+        # act runs the policy: its caller loaded a ChunkPolicy (load's doc).
+        policy = cast(ChunkPolicy, self.policy)
         task = self.task
         selection = self._select(policy, now_ns)
         if isinstance(selection, Refusal):
@@ -211,7 +219,7 @@ class PolicyAgent:
             self.history_offset_ms.add(abs(offset_s) * 1e3)
         return Chunk(actions, selection, self.task, tuple(self.rules.events), predict_ms)
 
-    def _select(self, policy: ChunkPolicy, now_ns: int) -> Selection | Refusal:
+    def _select(self, policy: ConfiguredPolicy, now_ns: int) -> Selection | Refusal:
         if not self.instruction:
             return Refusal(NO_INSTRUCTION, "no instruction yet")
         c = policy.config

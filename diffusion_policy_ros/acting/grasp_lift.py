@@ -166,6 +166,7 @@ class StalledGraspLift:
             return self._lift_chunk(chunk, stamp_s)
         if self.lifts >= c.max_lifts or not self._stalled_wide(chunk, joint_positions, stamp_s):
             return chunk
+        assert self._stalled_since_s is not None  # _stalled_wide keeps it while True
         waited_s = stamp_s - self._stalled_since_s + STAMP_TOLERANCE_S
         if waited_s < c.stall_for_s:
             return chunk
@@ -215,9 +216,11 @@ class StalledGraspLift:
 
     def _lift_chunk(self, chunk: np.ndarray, stamp_s: float) -> np.ndarray:
         """The lift path from ``stamp_s`` on, one point per ``action_dt_s``, held at its top."""
+        path = self._path
+        assert path is not None  # called while a lift holds the chunks
         offset = int(round((stamp_s - self._path_start_s) / self.action_dt_s))
-        index = np.minimum(offset + np.arange(len(chunk)), len(self._path) - 1)
+        index = np.minimum(offset + np.arange(len(chunk)), len(path) - 1)
         lifted = np.array(chunk, dtype=np.float64, copy=True)
-        lifted[:, :self.kinematics.n_joints] = self._path[index]
+        lifted[:, :self.kinematics.n_joints] = path[index]
         lifted[:, self.gripper_column] = self.config.squeeze_to_m
         return lifted

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from diffusion_policy_ros.acting.grasp_lift import ArmKinematics, GraspLiftConfig, StalledGraspLift
 from diffusion_policy_ros.acting.grasp_retry import EmptyGraspRetry, GraspRetryConfig
-from diffusion_policy_ros.acting.rules import ChunkRules
+from diffusion_policy_ros.acting.rules import ChunkRule, ChunkRules
 from diffusion_policy_ros.config import load_config, section
 
 
@@ -38,9 +38,10 @@ def grasp_rules(retry: GraspRetryConfig, lift: GraspLiftConfig, action_dt_s: flo
     ``kinematics`` (the arm's chain) is needed when the lift is enabled."""
     if lift.enabled and kinematics is None:
         raise ValueError("the stalled-grasp lift needs the arm's kinematics")
-    rules = []
+    rules: list[ChunkRule] = []
     if retry.enabled:
         rules.append(EmptyGraspRetry(retry))
     if lift.enabled:
+        assert kinematics is not None  # refused above
         rules.append(StalledGraspLift(lift, kinematics, action_dt_s))
     return ChunkRules(rules)

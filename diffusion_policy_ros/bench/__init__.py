@@ -4,7 +4,7 @@
 ``perception``, ``policy``, ``learning``, ``sim`` and ``ros``, and none of them imports
 it (test/bench/test_layering.py checks). Each module runs with
 ``python -m diffusion_policy_ros.bench.<module>`` as well; the figures measured with
-them are in docs/benchmarks.md.
+them are in docs/explanation/benchmarks.md.
 
 =====================  ===============================  ==========================================
 module                 command                          what it measures

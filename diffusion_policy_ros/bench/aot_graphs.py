@@ -16,6 +16,7 @@ Compiling every graph twice takes a few minutes; ``--graphs`` picks fewer.
 from __future__ import annotations
 
 import argparse
+import functools
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -74,7 +75,7 @@ def pooling_row(repeats: int, cells: int = 8, compiled: bool = True) -> dict:
         if compiled:
             forms = {name: torch.compile(fn, dynamic=False) for name, fn in forms.items()}
         results = {name: fn(features, cell, cells) for name, fn in forms.items()}
-        ms = interleaved_ms({name: (lambda fn=fn: fn(features, cell, cells))
+        ms = interleaved_ms({name: functools.partial(fn, features, cell, cells)
                              for name, fn in forms.items()}, repeats)
     mode = "Inductor" if compiled else "eager"
     return {"what": f"PointNet cell max-pool 1x1024x256, 8 cells ({mode})",
@@ -102,7 +103,7 @@ def graph_rows(checkpoint: str, graphs: Sequence[str], repeats: int) -> list[dic
                 path = Path(tmp) / f"{name}_{label}.pt2"
                 compile_aot_package(program, path, options)
                 packages[label] = torch._inductor.aoti_load_package(str(path))
-            ms = interleaved_ms({label: (lambda p=p, a=args: p(*a))
+            ms = interleaved_ms({label: functools.partial(p, *args)
                                  for label, p in packages.items()}, repeats)
             rows.append({"what": f"{name} graph ({GRAPHS[name]})",
                          "baseline": "freezing", "baseline_ms": ms["freezing"],

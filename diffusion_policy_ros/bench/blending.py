@@ -27,7 +27,7 @@ chunk executed from its first point at arrival (no latency compensation).
 ``python -m diffusion_policy_ros.bench.blending`` (mean of seeds 0-4, the
 defaults; "change" = the first second after the sudden change of plan, excluded
 from the steady columns) prints these per strategy; the measured table is in
-docs/benchmarks.md (``dpr bench blending`` and "Measurements behind the code's
+docs/explanation/benchmarks.md (``dpr bench blending`` and "Measurements behind the code's
 design").
 
 Rule (``choose_strategy``): lowest steady RMS error among the strategies with

@@ -52,7 +52,7 @@ NO_READER_PROFILES = ('<?xml version="1.0"?>\n<dds xmlns="http://www.eprosima.co
 class _Probe:
     """This process's view: ``joint_states`` arrival times and the latest diagnostics."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.node = rclpy.create_node("frozen_subscriber_bench")
         self.executor = SingleThreadedExecutor()
         self.executor.add_node(self.node)
@@ -89,6 +89,11 @@ class _Probe:
 
     def value(self, node: str, key: str) -> str | None:
         return self.diag.get(node, {}).get(key)
+
+    def count(self, node: str, key: str) -> int:
+        value = self.value(node, key)
+        assert value is not None, f"{node} reported no {key}"
+        return int(value)
 
     def close(self) -> None:
         self.executor.shutdown()
@@ -134,8 +139,8 @@ def _block(probe: _Probe, config: str, frozen_node: str, cycles: int, freeze_s: 
                          and (frozen_node != "rgbd_sync_node"
                               or probe.value("rgbd_sync_node", "processing_ms_p50") is not None),
                          120.0, "sim_node and a holding tracker, three joint_states readers")
-        stalls0 = int(probe.value("sim_node", "publish_stalls"))
-        faults0 = int(probe.value("pd_tracker_node", "faults"))
+        stalls0 = probe.count("sim_node", "publish_stalls")
+        faults0 = probe.count("pd_tracker_node", "faults")
         cpu0, wall0 = process_cpu_s(procs["sim_node"].pid), time.monotonic()
         gaps_s = []
         for _ in range(cycles):
@@ -146,14 +151,16 @@ def _block(probe: _Probe, config: str, frozen_node: str, cycles: int, freeze_s: 
             probe.spin_for(0.1)
             gaps_s.append(probe.longest_gap_s)
             probe.spin_for(gap_s)
-        cpu_per_s = (process_cpu_s(procs["sim_node"].pid) - cpu0) / (time.monotonic() - wall0)
+        cpu1 = process_cpu_s(procs["sim_node"].pid)
+        assert cpu0 is not None and cpu1 is not None, "no /proc CPU times for sim_node"
+        cpu_per_s = (cpu1 - cpu0) / (time.monotonic() - wall0)
         probe.diag.clear()
         probe.spin_until(lambda: "sim_node" in probe.diag and "pd_tracker_node" in probe.diag,
                          10.0, "the reports after the last freeze")
         return {
             "config": config, "frozen": frozen_node, "cycles": cycles, "freeze_s": freeze_s,
-            "publish_stalls": int(probe.value("sim_node", "publish_stalls")) - stalls0,
-            "tracker_faults": int(probe.value("pd_tracker_node", "faults")) - faults0,
+            "publish_stalls": probe.count("sim_node", "publish_stalls") - stalls0,
+            "tracker_faults": probe.count("pd_tracker_node", "faults") - faults0,
             "freezes_with_states_stopped": sum(g >= gap_stall_s for g in gaps_s),
             "longest_gap_ms": round(max(gaps_s) * 1e3, 1),
             "median_gap_ms": round(statistics.median(gaps_s) * 1e3, 1),

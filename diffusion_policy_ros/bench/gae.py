@@ -31,7 +31,7 @@ def run(sizes: Sequence[tuple[int, int]], repeats: int) -> list[dict]:
     rows = []
     for steps, envs in sizes:
         args = (*rollout(steps, envs), 0.99, 0.95)
-        times = {"vectorised": [], "loop": []}
+        times: dict[str, list[float]] = {"vectorised": [], "loop": []}
         for _ in range(repeats):  # interleaved, so drifting machine load hits both
             for name, fn in (("vectorised", gae_advantages), ("loop", gae_advantages_loop)):
                 t0 = time.perf_counter()
@@ -53,7 +53,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--json", help="also write the rows to this JSON file")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    sizes = [tuple(int(x) for x in s.split("x")) for s in args.sizes]
+    sizes = []
+    for s in args.sizes:
+        steps, envs = (int(x) for x in s.split("x"))
+        sizes.append((steps, envs))
     rows = run(sizes, args.repeats)
     print(f"GAE (gamma 0.99, lambda 0.95), median of {args.repeats}, {args.threads} thread(s)")
     print(f"{'steps x envs':>13} {'vectorised ms':>14} {'loop ms':>9} {'speed-up':>9} "

@@ -19,9 +19,11 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from diffusion_policy_ros.acting.grasp_lift import StalledGraspLift, lift_rise_m
+from diffusion_policy_ros.acting.grasp_rules import load_grasp_rules
 from diffusion_policy_ros.bench.json_report import write_json
+from diffusion_policy_ros.config import CONFIG_DIR
 from diffusion_policy_ros.description import TOOL_LINK, URDF_PATH
-from diffusion_policy_ros.policy.grasp_lift import GraspLiftConfig, StalledGraspLift, lift_rise_m
 from diffusion_policy_ros.policy.kinematics import SerialChainKinematics, urdf_kinematics
 from diffusion_policy_ros.sim.scene import ARM_JOINT_NAMES
 
@@ -58,10 +60,10 @@ def point_by_point_path(arm: SerialChainKinematics, q0_rad: np.ndarray, rise_m: 
 def run(repeats: int, poses: int, action_dt_s: float = 0.1, spread_rad: float = 0.3,
         seed: int = 0) -> dict:
     arm = urdf_kinematics(URDF_PATH, ARM_JOINT_NAMES, TOOL_LINK)
-    rise = lift_rise_m(GraspLiftConfig(), action_dt_s)
+    rise = lift_rise_m(load_grasp_rules(CONFIG_DIR / "grasp_rules.yaml").grasp_lift, action_dt_s)
     solvers = {"batched": arm.vertical_lift_path,
                "point_by_point": lambda q, r: point_by_point_path(arm, q, r)}
-    times = {name: [] for name in solvers}
+    times: dict[str, list[float]] = {name: [] for name in solvers}
     with torch.no_grad():
         for _ in range(repeats):  # interleaved, so drifting machine load hits both
             for name, solve in solvers.items():
@@ -69,7 +71,7 @@ def run(repeats: int, poses: int, action_dt_s: float = 0.1, spread_rad: float = 
                 solve(GRASP_POSE_RAD, rise)
                 times[name].append(time.perf_counter() - t0)
         rng = np.random.default_rng(seed)
-        errors = {name: [] for name in solvers}
+        errors: dict[str, list[float]] = {name: [] for name in solvers}
         joint_diff = 0.0
         for _ in range(poses):
             q0 = GRASP_POSE_RAD + rng.normal(0.0, spread_rad, GRASP_POSE_RAD.shape)
@@ -81,17 +83,19 @@ def run(repeats: int, poses: int, action_dt_s: float = 0.1, spread_rad: float = 
                     <= StalledGraspLift.MAX_PATH_ERROR:
                 joint_diff = max(joint_diff, float(np.abs(paths["batched"]
                                                           - paths["point_by_point"]).max()))
-    row = {"points": len(rise), "rise_m": float(rise[-1]), "repeats": repeats, "poses": poses,
-           "max_joint_diff_rad": joint_diff}
+    row: dict[str, float | None] = {
+        "points": len(rise), "rise_m": float(rise[-1]), "repeats": repeats, "poses": poses,
+        "max_joint_diff_rad": joint_diff}
+    ms_p50: dict[str, float] = {}
     for name in solvers:
         solved = np.array(errors[name]) <= StalledGraspLift.MAX_PATH_ERROR
-        row[f"{name}_ms_p50"] = float(np.median(times[name])) * 1e3
+        row[f"{name}_ms_p50"] = ms_p50[name] = float(np.median(times[name])) * 1e3
         row[f"{name}_solved"] = int(solved.sum())
         row[f"{name}_error_p50"] = float(np.median(np.array(errors[name])[solved])) \
             if solved.any() else None
         row[f"{name}_error_max"] = float(np.max(np.array(errors[name])[solved])) \
             if solved.any() else None
-    row["speedup"] = row["point_by_point_ms_p50"] / row["batched_ms_p50"]
+    row["speedup"] = ms_p50["point_by_point"] / ms_p50["batched"]
     return row
 
 

@@ -1,4 +1,4 @@
-"""``dpr bench lightdp``: one table of the real-time candidates (issue #15).
+"""``dpr bench lightdp``: one table of the real-time candidates.
 
 Each row is a checkpoint with a step count, K (chunks per observation, medoid) and a
 runtime backend (``config/bench_lightdp.yaml``). Latency is the whole chunk as
@@ -21,6 +21,7 @@ import platform
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -137,7 +138,7 @@ def measure(rows: Sequence[BenchRow], chunks: int = 50, threads: Sequence[int] =
             durations[key].append(time.perf_counter() - t0)
         if progress and (i + 1) % 10 == 0:
             print(f"  {i + 1}/{chunks} chunks per configuration", flush=True)
-    results = []
+    results: list[dict[str, Any]] = []
     for row in rows:
         for n in threads:
             runner = runners[(row.label, n)]

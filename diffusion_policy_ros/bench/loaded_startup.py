@@ -46,7 +46,7 @@ LATE_S = 1.0
 class _Subscriber:
     """This process's view: joint_states count, sim_node's reports with stamp and arrival."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.node = rclpy.create_node("loaded_startup_bench")
         self.executor = SingleThreadedExecutor()
         self.executor.add_node(self.node)
@@ -95,7 +95,7 @@ def _cycle(sub: _Subscriber, index: int, listen_s: float, timeout_s: float,
             [sys.executable, "-m", "diffusion_policy_ros.ros.sim_node", "--ros-args",
              "--params-file", str(CONFIG_DIR / "sim.yaml"), "-p", "diagnostics_period_s:=0.2",
              "-p", "time_limit_s:=3600.0"], stdout=log, stderr=subprocess.STDOUT)
-    row = {"cycle": index}
+    row: dict[str, object] = {"cycle": index}
     try:
         deadline = time.monotonic() + timeout_s
         while (sub.states < 50 or not sub.reports or sub.efforts.get_subscription_count() < 1):

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 import numpy as np
 import open3d as o3d
@@ -25,6 +27,8 @@ from diffusion_policy_ros.perception.synthetic_scene import (
     SyntheticKinect,
 )
 
+T = TypeVar("T")
+
 RESOLUTIONS = {"640x576": KINECT_NFOV, "1280x720": KINECT_720P}
 WORKSPACES = {"default (table cropped)": None, "table included": [0.15, -0.45, -0.02]}
 
@@ -33,9 +37,11 @@ def open3d_baseline(color: RawImage, depth: RawImage, camera: CameraModel,
                     cfg: RgbdSyncConfig) -> np.ndarray:
     rgb = decode_color(color)
     depth_u16 = np.ascontiguousarray(depth_view(depth)[0])
+    # numpy declares the buffer protocol (__buffer__) to type checkers from Python 3.12 only
+    images = o3d.geometry.Image(rgb), o3d.geometry.Image(depth_u16)  # type: ignore[call-overload]
     rgbd = o3d.geometry.RGBDImage.create_from_color_and_depth(
-        o3d.geometry.Image(rgb), o3d.geometry.Image(depth_u16), depth_scale=1000.0,
-        depth_trunc=cfg.max_depth_m, convert_rgb_to_intensity=False)
+        *images, depth_scale=1000.0, depth_trunc=cfg.max_depth_m,
+        convert_rgb_to_intensity=False)
     intrinsic = o3d.camera.PinholeCameraIntrinsic(camera.width, camera.height, camera.fx,
                                                   camera.fy, camera.cx, camera.cy)
     extrinsic = cfg.camera_to_base().inverse().matrix()
@@ -51,8 +57,8 @@ def _nearest_mm(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
     return np.asarray(a.compute_point_cloud_distance(b)) * 1e3
 
 
-def _timed(fn, frames: int) -> tuple[np.ndarray, object]:
-    times, out = [], None
+def _timed(fn: Callable[[int], T], frames: int) -> tuple[np.ndarray, T]:
+    times = []
     for i in range(frames):
         t = time.perf_counter()
         out = fn(i)

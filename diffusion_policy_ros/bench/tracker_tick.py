@@ -10,7 +10,7 @@ plant and reports the median and 99th percentile of the tick call alone.
 The hot path uses plain Python floats and lists: measured, a 6-joint
 ``ReferenceLimiter.step`` and the PD law are several times faster with floats
 than written with small numpy arrays (per-call overhead dominates at this
-size). A whole tick stays well inside the 200 us budget (figures: docs/benchmarks.md,
+size). A whole tick stays well inside the 200 us budget (figures: docs/explanation/benchmarks.md,
 ``dpr bench tick`` and "Measurements behind the code's design").
 """
 

@@ -41,7 +41,7 @@ def add_parser(sub) -> None:
                     help="also measure the stamp -> chunk latency hop by hop (frame, sync, "
                     "policy, delivery) from the publication times of camera_info and "
                     "observation/points; two more readers in the graph, which on two cores "
-                    "lengthen the latency they split (docs/nodes.md)")
+                    "lengthen the latency they split (docs/reference/nodes.md)")
     up.add_argument("--ready-timeout", type=float, default=180.0,
                     help="seconds to wait for the nodes and the first action chunk")
     up.add_argument("--params-file", action="append", default=[], metavar="FILE",

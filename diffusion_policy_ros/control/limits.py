@@ -229,7 +229,8 @@ class MeasuredStateLimits:
         room_down = q - self.lower[j]
         hi = math.sqrt(two_a * room_up) if room_up >= 0.0 else -math.sqrt(-two_a * room_up)
         lo = -math.sqrt(two_a * room_down) if room_down >= 0.0 else math.sqrt(-two_a * room_down)
-        return max(-vm, lo), min(vm, hi)
+        # Within +-vm both: beyond a limit both bounds point back inside, at most at vm.
+        return min(vm, max(-vm, lo)), max(-vm, min(vm, hi))
 
     def bound(self, effort: list[float], q: Sequence[float], qd: Sequence[float],
               effort_limits: Sequence[float],

@@ -153,11 +153,14 @@ class PdTracker:
             valid = tl.check(chunk, now_s, ready)
         except ChunkRejected as err:
             return tl.reject(err)
+        assert self._last_tick_s is not None  # check refuses a chunk unless ready
         lim = self.limiter
         if self.mode is TrackerMode.HOLDING:
+            q, qd = self._q, self._qd
+            assert q is not None and qd is not None  # set by the tick that left FAULT
             tol = self.config.resume_resync_tolerance
-            if any(abs(a - b) > tol for a, b in zip(self._q, lim.position, strict=True)):
-                lim.reset(self._q, self._qd, 1.0 / self.config.rate_hz)
+            if any(abs(a - b) > tol for a, b in zip(q, lim.position, strict=True)):
+                lim.reset(q, qd, 1.0 / self.config.rate_hz)
                 self.resyncs += 1
             self.mode = TrackerMode.TRACKING
         start = ReferenceState(self._last_tick_s, list(lim.position), list(lim.velocity),
@@ -177,6 +180,7 @@ class PdTracker:
         fault = self._state_fault(now_s, q, qd, state_stamp_s)
         if fault:
             return self._fault_tick(now_s, fault)
+        assert state_stamp_s is not None  # else a fault
         q, qd = _floats(q), _floats(qd)
         late_s = self.config.late_state_s
         late = bool(late_s) and now_s - state_stamp_s > late_s
@@ -217,6 +221,7 @@ class PdTracker:
         if dt > 0.0:
             if self.mode is TrackerMode.TRACKING:
                 target = self.timeline.sample(now_s)
+                assert target is not None  # TRACKING has a plan
                 lim.step(dt, target[0], target[1])
                 self.gripper.step(dt, target[2])
                 if lim.saturated:
@@ -336,6 +341,7 @@ class PdTracker:
     def diagnostics(self) -> dict:
         """Counters and state for /diagnostics."""
         tl = self.timeline
+        last = tl.last_rejection
         return {
             "mode": self.mode.value,
             "fault": self.fault,
@@ -343,8 +349,8 @@ class PdTracker:
             "chunks_accepted": tl.accepted,
             "chunks_rejected": {r.value: n for r, n in sorted(tl.rejected.items(),
                                                                key=lambda kv: kv[0].value)},
-            "last_rejection": (f"{tl.last_rejection.reason.value}: {tl.last_rejection.detail}"
-                               if tl.last_rejection else ""),
+            "last_rejection": (f"{last.reason.value}: {last.detail}"
+                               if last and last.reason else ""),
             "points_dropped": tl.dropped_points,
             "faults": self.faults,
             "holds": self.holds,

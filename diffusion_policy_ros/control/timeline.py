@@ -157,6 +157,7 @@ class ActionChunkTimeline:
             valid = self.check(chunk, now_s, start is not None)
         except ChunkRejected as err:
             return self.reject(err)
+        assert start is not None  # check refuses a chunk without one
         return self.accept(valid, now_s, start)
 
     def accept(self, valid: ValidChunk, now_s: float, start: ReferenceState) -> ChunkDecision:

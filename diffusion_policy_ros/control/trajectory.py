@@ -58,7 +58,7 @@ def knot_derivatives(times: Sequence[float], values: np.ndarray) -> tuple[np.nda
     return vel, acc
 
 
-def quintic_coefficients(duration: float, p0, v0, a0, p1, v1, a1):
+def quintic_coefficients(duration: float | np.ndarray, p0, v0, a0, p1, v1, a1):
     """Coefficients ``c0..c5`` (in local time) of the quintic matching both end states.
 
     Works elementwise on numpy arrays (one column per channel).

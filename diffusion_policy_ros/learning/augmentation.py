@@ -64,7 +64,8 @@ class ColourSwap:
                      **thresholds) -> ColourSwap:
         """Classes and groups from objects named ``<colour>_<shape>`` and their base
         colours (default: the shipped scene's)."""
-        base, by_shape = {}, {}
+        base: dict[str, Sequence[float]] = {}
+        by_shape: dict[str, list[str]] = {}
         for name, rgb in object_rgb.items():
             colour, shape = describe(name)
             base[colour] = list(rgb)[:3]

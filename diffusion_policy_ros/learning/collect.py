@@ -24,7 +24,7 @@ instruction at a random instant of the approach (``SwitchConfig``), before
 the gripper closes; the expert turns to the new target from wherever the arm
 is. The bag holds both instructions with their stamps (training reads the one
 in force at each frame), the outcome the first instruction and the switch
-time. These teach the policy to drop a target when told to (issue 6).
+time. These teach the policy to drop a target when told to.
 
 With ``recovery`` (DAgger-style, ``RecoveryConfig``) a trained policy drives
 the arm first (with ``switches`` through the same instruction switch), until
@@ -244,6 +244,7 @@ def record_episode(env: GraspEnv, expert: ScriptedExpert, seed: int, path: Path,
             bag.observation(stamp, obs["image"], obs["points"], obs["point_colors"])
             if raw_camera:
                 frame = env.last_frame
+                assert frame is not None  # rendered by the observation
                 bag.raw_camera_frame(stamp, frame.color, frame.depth, frame.camera)
             chunk = expert.act(env.runtime.scene)
             bag.action_chunk(stamp, chunk, env.config.chunk_dt_s, JOINT_NAMES)

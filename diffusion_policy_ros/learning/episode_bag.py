@@ -19,8 +19,10 @@ import contextlib
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+from rosbags.interfaces import Connection
 from rosbags.rosbag2 import CompressionFormat, CompressionMode, Reader, StoragePlugin, Writer
 
 from diffusion_policy_ros.errors import InputError
@@ -64,7 +66,7 @@ class EpisodeBagWriter:
         self.raw_camera = raw_camera
         self._writer = Writer(self.path, version=9, storage_plugin=StoragePlugin.MCAP)
         self._writer.set_compression(CompressionMode.STORAGE, CompressionFormat.ZSTD)
-        self._connections = {}
+        self._connections: dict[str, Connection] = {}
 
     def __enter__(self) -> EpisodeBagWriter:
         self._writer.open()
@@ -244,8 +246,8 @@ def _messages(path: Path, topics=None):
         reader.close()
 
 
-def _read_messages(path: Path) -> dict[str, list[tuple[int, object]]]:
-    by_topic: dict[str, list[tuple[int, object]]] = {}
+def _read_messages(path: Path) -> dict[str, list[tuple[int, Any]]]:
+    by_topic: dict[str, list[tuple[int, Any]]] = {}
     for topic, t_ns, msg in _messages(path):
         by_topic.setdefault(topic, []).append((t_ns, msg))
     return by_topic

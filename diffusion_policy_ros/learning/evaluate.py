@@ -116,11 +116,14 @@ class _EpisodeMedia:
 
     def frame(self, caption: str) -> None:
         frame = self.env.last_frame
+        assert frame is not None  # every reset and step renders one (render_observations)
         self.recording.add_frame(frame.stamp_s, decode_color(frame.color), caption)
 
     def write(self, out_dir: Path, stem: str, caption: str) -> dict[str, str]:
         self.frame(caption)
         pipeline = self.env.pipeline
+        # render_observations: the env made the pipeline and set its camera.
+        assert pipeline is not None and pipeline.camera is not None
         projector = PathProjector(pipeline.camera, pipeline.camera_to_base)
         return self.recording.write(out_dir, stem, projector)
 
@@ -139,7 +142,9 @@ def run_policy_episode(env: GraspEnv, agent: PolicyAgent, seed: int,
     media = _EpisodeMedia(env, f"seed {seed}: '{instruction}' (target {task.target})") \
         if media_dir is not None else None
     env.after_physics_step = media.after_physics_step if media else None
-    latencies, events, done = [], collections.Counter(), False
+    latencies: list[float] = []
+    events: collections.Counter[str] = collections.Counter()
+    done = False
     start_s = obs["stamp_s"]
     agent.restart(instruction, _stamp_ns(start_s), seed=seed)
     try:
@@ -168,6 +173,7 @@ def run_policy_episode(env: GraspEnv, agent: PolicyAgent, seed: int,
                              state.success, state.wrong_object, state.timed_out,
                              state.elapsed_s, latencies, events["reopened"], events["lifted"])
     if media:
+        assert media_dir is not None  # media is made only with a media_dir
         media.write(Path(media_dir), f"episode_{seed}", f"'{instruction}': {_result(outcome)}")
     return outcome
 

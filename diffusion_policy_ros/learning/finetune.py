@@ -207,6 +207,8 @@ class RolloutCollector:
         self.total_envs = world * n
         fns = [functools.partial(make_rl_env, config, 0, 1, c.image_size, c.num_points)
                for _ in range(n)]
+        # Not the base VectorEnv: its reset types one seed, these take one per env.
+        self.envs: gym.vector.AsyncVectorEnv | gym.vector.SyncVectorEnv
         if config.vector_env == "async":
             # Observations through the pipes: gymnasium reads a Text space out of shared
             # memory only once, so the instruction would never change there.
@@ -279,19 +281,18 @@ class RolloutCollector:
         n = cfg.num_envs
         buffer = self.buffer(joint)
         buffer.clear()
-        seeds = [self._next_seed(i) for i in range(n)]
+        current_seed = [self._next_seed(i) for i in range(n)]
+        seeds: list[int | None] = list(current_seed)
         obs, _ = self.envs.reset(seed=seeds)
         # Per env: frame features by stamp (ns), the policy's and the reference's (joint
-        # stage), of the frames its agent may still select; and the step's selection.
+        # stage), of the frames its agent may still select.
         features: list[dict] = [{} for _ in range(n)]
         ref_features: list[dict] = [{} for _ in range(n)]
-        selections: list[Selection | None] = [None] * n
         starting = np.ones(n, dtype=bool)  # the env's next observation begins an episode
         steps = np.zeros(n, dtype=np.int64)
         active = np.ones(n, dtype=bool)
         totals = [dict(ret=0.0, steps=0, **dict.fromkeys(TERMS, 0.0)) for _ in range(n)]
         episodes: list[EpisodeRecord] = []
-        current_seed = list(seeds)
         bar = tqdm(total=n * cfg.steps_per_env, desc=description, unit="step",
                    disable=not progress, leave=False)
         t = 0
@@ -304,6 +305,7 @@ class RolloutCollector:
                     # The joint stage trains the policy's encoders away from the
                     # reference's, whose frames are then encoded (once each) too.
                     ref_new = self._encode(self.reference, obs, idx, language) if joint else None
+                selections: list[Selection] = []  # the step's, of env idx[j] at j
                 for j, i in enumerate(idx):
                     agent, text = self.agents[i], str(obs["instruction"][i])
                     stamp_ns = int(round(float(obs["elapsed_s"][i][0]) * 1e9))
@@ -317,18 +319,19 @@ class RolloutCollector:
                         "image", "points", "point_colors", "joint_positions")})
                     features[i][stamp_ns] = {k: v[j:j + 1] for k, v in new.items()}
                     if joint:
+                        assert ref_new is not None  # encoded in the joint stage
                         ref_features[i][stamp_ns] = {k: v[j:j + 1] for k, v in ref_new.items()}
                     selection = agent.select(stamp_ns)
                     if isinstance(selection, Refusal):  # the env's frames are complete
                         raise RuntimeError(f"episode seed {current_seed[i]}: {selection.detail}")
-                    selections[i] = selection
-                    for cache in (features[i], ref_features[i]):  # what no step selects again
-                        for stamp in [s for s in cache if s < selection.frame_stamps_ns[0]]:
-                            del cache[stamp]
+                    selections.append(selection)
+                    # What no step selects again.
+                    _forget_before(selection.frame_stamps_ns[0], features[i], ref_features[i])
                 history = _stack_history(features, selections, idx)
                 state = torch.from_numpy(np.stack([np.stack([o["joint_positions"]
-                                                             for o in selections[i].observations])
-                                                   for i in idx])).float().to(device)
+                                                             for o in selection.observations])
+                                                   for selection in selections])
+                                         ).float().to(device)
                 elapsed = torch.from_numpy(obs["elapsed_s"][idx]).float().to(device)
                 with autocast_context(device, self.precision):
                     cond, _ = ac.policy.condition_from_frames(history, language, state)
@@ -336,7 +339,7 @@ class RolloutCollector:
                     mean = ac.mean_chunk(cond, noises)
                     raw_batch = None
                     if joint:
-                        raw_batch = self._raw_batch(selections, idx, language, state)
+                        raw_batch = self._raw_batch(selections, language, state)
                         ref_cond, _ = self.reference.condition_from_frames(
                             _stack_history(ref_features, selections, idx), language, state)
                     else:
@@ -355,7 +358,7 @@ class RolloutCollector:
                                              f"value) for the episodes with seeds {bad}")
                 actions = np.zeros((n, *chunk.shape[1:]))
                 for j, i in enumerate(idx):  # the chunk rules, on the frames it answers
-                    actions[i] = self.agents[i].finish(selections[i], chunk[j]).actions
+                    actions[i] = self.agents[i].finish(selections[j], chunk[j]).actions
                 next_obs, reward, terminated, truncated, info = self.envs.step(actions)
                 ended = (terminated | truncated)[idx]
                 env_idx = torch.from_numpy(idx)
@@ -365,6 +368,7 @@ class RolloutCollector:
                               reward=torch.from_numpy(reward[idx]).float(),
                               done=torch.from_numpy(ended).float())
                 if joint:
+                    assert raw_batch is not None  # made in the joint stage
                     record |= dict(language=language.cpu(), image=raw_batch[IMAGE].cpu(),
                                    points=raw_batch[POINTS_XYZ].cpu(),
                                    colors=raw_batch[POINTS_RGB].cpu())
@@ -381,9 +385,9 @@ class RolloutCollector:
                         tot[term] += float(info["reward_terms"][term][i])
                     if not ended[j]:
                         continue
-                    episodes.append(EpisodeRecord(
+                    episodes.append(EpisodeRecord(  # tot["steps"] counts in ints
                         current_seed[i], bool(info["success"][i]),
-                        bool(info["wrong_object"][i]), tot["steps"], tot["ret"],
+                        bool(info["wrong_object"][i]), int(tot["steps"]), tot["ret"],
                         {term: tot[term] for term in TERMS}, bool(self.replaying[i])))
                     totals[i] = dict(ret=0.0, steps=0, **dict.fromkeys(TERMS, 0.0))
                     starting[i] = True
@@ -392,20 +396,23 @@ class RolloutCollector:
                     else:
                         reset[i] = True
                 if reset.any():
-                    seeds = [self._next_seed(i) if reset[i] else None for i in range(n)]
-                    for i in np.flatnonzero(reset):
-                        current_seed[i] = seeds[i]
+                    seeds = [None] * n  # None: the env is not reset
+                    for e in range(n):
+                        if reset[e]:
+                            seeds[e] = current_seed[e] = self._next_seed(e)
                     next_obs, _ = self.envs.reset(seed=seeds, options={"reset_mask": reset})
                 obs = next_obs
         finally:
             bar.close()
         return buffer, episodes
 
-    def _raw_batch(self, selections, idx, language, state) -> dict[str, torch.Tensor]:
+    def _raw_batch(self, selections: list[Selection], language: torch.Tensor,
+                   state: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The selected raw observations, one row per selection."""
         def stack(key, dtype):
             return torch.from_numpy(np.stack([np.stack([np.asarray(o[key], dtype)
-                                                        for o in selections[i].observations])
-                                              for i in idx])).to(self.device)
+                                                        for o in selection.observations])
+                                              for selection in selections])).to(self.device)
 
         return {IMAGE: stack("image", np.uint8).permute(0, 1, 4, 2, 3),
                 POINTS_XYZ: stack("points", np.float32),
@@ -415,10 +422,19 @@ class RolloutCollector:
 
 def _stack_history(features: list[dict], selections: list[Selection],
                    idx: np.ndarray) -> dict[str, torch.Tensor]:
-    """(len(idx), To, ...) per feature key: each env's features of its selected frames."""
-    rows = [[features[i][stamp] for stamp in selections[i].frame_stamps_ns] for i in idx]
+    """(len(idx), To, ...) per feature key: each env's features of its selected frames
+    (env ``idx[j]``'s selection is ``selections[j]``)."""
+    rows = [[features[i][stamp] for stamp in selection.frame_stamps_ns]
+            for i, selection in zip(idx, selections, strict=True)]
     return {k: torch.stack([torch.cat([f[k] for f in row]) for row in rows])
             for k in rows[0][0]}
+
+
+def _forget_before(stamp_ns: int, *caches: dict) -> None:
+    """Drop the entries of ``caches`` (by stamp, ns) stamped before ``stamp_ns``."""
+    for cache in caches:
+        for stamp in [s for s in cache if s < stamp_ns]:
+            del cache[stamp]
 
 
 def update_thread_count(config: FinetuneConfig) -> int:
@@ -564,7 +580,7 @@ def _finetune(run: TrainingRun, init: str | Path, config: FinetuneConfig,
         t2 = time.monotonic()
         iteration = index + 1
         figures = _episode_figures(episodes, d.world)
-        env_steps += figures["env_steps"]
+        env_steps += int(figures["env_steps"])  # an int among the figures' floats
         record = {"iteration": iteration, "stage": "joint" if joint else "frozen",
                   "policy_trained": train_policy, **figures, "env_steps_total":
                   env_steps, "std": std, "entropy": gaussian_entropy(std), **stats,
@@ -574,6 +590,7 @@ def _finetune(run: TrainingRun, init: str | Path, config: FinetuneConfig,
         if not d.main:
             return
         log.write(record)
+        assert writer is not None  # made on the main rank
         for key, val in record.items():
             if isinstance(val, int | float) and not isinstance(val, bool) \
                     and math.isfinite(val):

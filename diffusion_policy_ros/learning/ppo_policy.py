@@ -76,6 +76,8 @@ class ValueNetwork(nn.Module):
 class DiffusionActorCritic(nn.Module):
     """The policy being fine-tuned, its critic, and the explored action space."""
 
+    arm_basis: torch.Tensor  # a buffer
+
     def __init__(self, policy: DiffusionPolicy, value: ValueNetwork):
         super().__init__()
         self.policy = policy

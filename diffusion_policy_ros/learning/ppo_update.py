@@ -88,6 +88,7 @@ class PpoObjective(nn.Module):
         parts = {"value_loss": value_loss}
         loss = value_weight * value_loss
         if train_policy:
+            assert mean is not None  # made when train_policy
             new_logp = gaussian_log_prob(mb["action"], ac.arm_coefficients(mean), std)
             parts |= clipped_policy_loss(new_logp, mb["logp"], mb["advantage"], clip)
             parts["kl_ref"] = ac.kl_to_reference(mean, mb["ref_mean"], std).mean()
@@ -103,10 +104,10 @@ class PpoLearner:
         self.ac, self.config, self.device = ac, config, device
         self.precision, self.world = precision, world
         p = ac.policy
-        encoders = [getattr(p, name, None) for name in (
+        named = [getattr(p, name, None) for name in (
             "rgb_encoder", "point_encoder", "grounding", "target_proj", "tool_target",
             "proprio_encoder", "fusion")]
-        encoders = [m for m in encoders if m is not None]
+        encoders = [m for m in named if m is not None]
         self.encoder_params = [w for m in encoders for w in m.parameters()]
         for w in p.parameters():
             w.requires_grad_(False)
@@ -119,7 +120,7 @@ class PpoLearner:
         objective = PpoObjective(ac)
         self.objective = (DistributedDataParallel(objective, find_unused_parameters=True)
                           if world > 1 else objective)
-        self._joint = None
+        self._joint: bool | None = None
         self.generator = torch.Generator().manual_seed(config.seed)
 
     def set_stage(self, joint: bool) -> None:

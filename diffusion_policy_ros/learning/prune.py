@@ -62,6 +62,7 @@ from diffusion_policy_ros.policy.configuration_diffusion import (
     policy_config_from_dict,
     policy_config_to_dict,
 )
+from diffusion_policy_ros.policy.dit import DiffusionTransformer
 from diffusion_policy_ros.policy.features import ACTION
 from diffusion_policy_ros.policy.modeling_diffusion import DiffusionPolicy
 from diffusion_policy_ros.policy.pruning import (
@@ -92,7 +93,8 @@ def denoising_loss(denoiser: torch.nn.Module, policy: DiffusionPolicy, cond: tor
     noise = torch.randn(clean.shape, generator=generator, device=clean.device)
     steps = torch.randint(0, policy.config.num_train_timesteps, (clean.shape[0],),
                           generator=generator, device=clean.device)
-    noisy = policy.training_scheduler.add_noise(clean, noise, steps)
+    # diffusers annotates IntTensor; any integer tensor works
+    noisy = policy.training_scheduler.add_noise(clean, noise, steps)  # type: ignore[arg-type]
     prediction = denoiser(noisy, steps, cond).float()
     target = noise if policy.config.prediction_type == "epsilon" else clean
     loss = F.mse_loss(prediction, target)
@@ -117,7 +119,8 @@ def val_denoising_loss(denoiser: torch.nn.Module, policy: DiffusionPolicy, conds
         noise = torch.randn(clean.shape, generator=g, device=clean.device)
         steps = torch.randint(0, policy.config.num_train_timesteps, (clean.shape[0],),
                               generator=g, device=clean.device)
-        noisy = policy.training_scheduler.add_noise(clean, noise, steps)
+        # diffusers annotates IntTensor; any integer tensor works
+        noisy = policy.training_scheduler.add_noise(clean, noise, steps)  # type: ignore[arg-type]
         prediction = denoiser(noisy, steps, cond, **kwargs).float()
         target = noise if policy.config.prediction_type == "epsilon" else clean
         total += float(F.mse_loss(prediction, target, reduction="sum"))
@@ -346,6 +349,7 @@ def mask_losses(teacher: DiffusionPolicy, pattern: NMPattern, conds: ConditionSe
                 seed: int) -> list[dict]:
     """DDPM loss on ``conds`` of the full teacher under every N:M mask, without retraining
     (the immediate loss of each choice), best first; empty past ``MAX_MASKS`` masks."""
+    assert isinstance(teacher.denoiser, DiffusionTransformer)  # a DiT teacher
     gated = GatedDiT(teacher.denoiser, pattern).to(conds.cond.device).eval()
     rows = []
     try:
@@ -382,6 +386,7 @@ def prune(teacher_dir: str | Path, data_dirs: Sequence[str | Path], config: Prun
     student = _copy(teacher)
     student.requires_grad_(False)
     student.denoiser.requires_grad_(True)
+    assert isinstance(student.denoiser, DiffusionTransformer)  # a DiT teacher's copy
     gated = GatedDiT(student.denoiser, pattern).to(device)
     importance = importance_distribution(student.denoiser)
     # On training conditions: the immediate_loss selection must not look at held-out data.

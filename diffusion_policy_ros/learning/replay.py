@@ -291,20 +291,20 @@ def replay(options: ReplayOptions) -> ReplayResult:
                "point_colors": episode.colors[i],
                "joint_positions": episode.joint_positions[i].astype(np.float32)}
               for i in range(len(episode))]
-    predicted, latency, stages = [], [], []
+    chunks, latency, stages = [], [], []
     for text in episode_instructions([episode]):
         runner.language.embed(text)  # load the encoder and cache outside the timing
     for n, i in enumerate(queries):
         history = [frames[k] for k in history_indices(episode.stamps_ns, i,
                                                       config.n_obs_steps, dt)]
         t0 = time.perf_counter()
-        predicted.append(runner.predict(history, episode.instruction_at(i),
+        chunks.append(runner.predict(history, episode.instruction_at(i),
                                         noise=options.seed + n))
         latency.append((time.perf_counter() - t0) * 1e3)
         stages.append(runner.last_timings_ms)
         if options.progress and (n + 1) % 20 == 0:
             print(f"[{n + 1}/{len(queries)}] chunks", flush=True)
-    predicted = np.stack(predicted)
+    predicted = np.stack(chunks)
     recorded = episode.actions[queries].astype(np.float64)
     stamps = episode.stamps_ns[queries]
     stage_names = sorted({k for s in stages for k in s})

@@ -215,11 +215,11 @@ def _train(run: TrainingRun, data_dirs: list[str | Path], policy_config: Diffusi
     ema = EMAModel(policy.parameters(), decay=config.ema_decay, use_ema_warmup=True, power=0.75)
     ema.to(device)
     step = _load_state(out, policy, ema, optimizer, schedule) if run.resuming else 0
-    model = _Loss(policy)
+    model: torch.nn.Module = _Loss(policy)
     if d.world > 1:
         model = DistributedDataParallel(model, device_ids=None if device.type == "cpu"
                                         else [device.index])
-    sampler = torch.utils.data.DistributedSampler(
+    sampler: torch.utils.data.DistributedSampler = torch.utils.data.DistributedSampler(
         train_set, num_replicas=d.world, rank=d.rank, shuffle=True, seed=config.seed,
         drop_last=True)
     # Its own generator: creating an iterator would otherwise draw from the global RNG,

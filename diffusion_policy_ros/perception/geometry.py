@@ -186,6 +186,7 @@ class PixelRays:
 
     def inside(self, z_m: np.ndarray) -> np.ndarray:
         """Mask of the pixels whose depth ``z_m`` (NaN: none) puts their point in the box."""
+        assert self.z_range_m is not None, "rays built without a workspace"
         with np.errstate(invalid="ignore"):
             return (z_m >= self.z_range_m[:, 0]) & (z_m <= self.z_range_m[:, 1])
 

@@ -7,16 +7,21 @@ short buffers, row padding, byte order) is handled and reported here.
 
 from __future__ import annotations
 
+import array
 import dataclasses
 
 import numpy as np
+
+#: A payload: a ROS message's ``array('B')``, bytes, or a bag reader's ndarray.
+ImageData = bytes | bytearray | memoryview | array.array | np.ndarray
 
 COLOR_ENCODINGS = {"bgra8": (4, (2, 1, 0)), "bgr8": (3, (2, 1, 0)),
                    "rgb8": (3, (0, 1, 2)), "rgba8": (4, (0, 1, 2))}
 """encoding -> (bytes per pixel, byte offsets of R, G, B)."""
 
-DEPTH_ENCODINGS = {"16UC1": (np.dtype("<u2"), 1000.0), "mono16": (np.dtype("<u2"), 1000.0),
-                   "32FC1": (np.dtype("<f4"), 1.0)}
+DEPTH_ENCODINGS: dict[str, tuple[np.dtype, float]] = {
+    "16UC1": (np.dtype("<u2"), 1000.0), "mono16": (np.dtype("<u2"), 1000.0),
+    "32FC1": (np.dtype("<f4"), 1.0)}
 """encoding -> (little-endian element type, units per metre)."""
 
 
@@ -36,7 +41,7 @@ class RawImage:
     width: int
     encoding: str
     step: int
-    data: object
+    data: ImageData
     is_bigendian: bool = False
 
 

@@ -163,29 +163,30 @@ class RgbdObservationPipeline:
         focal = min(camera.fx, camera.fy)
         return max(1, math.floor(self.config.voxel_size_m * focal / z_far))
 
-    def _check_pair(self, color: RawImage, depth: RawImage) -> None:
-        self._check_camera()
+    def _check_pair(self, color: RawImage, depth: RawImage) -> CameraModel:
+        camera = self._check_camera()
         if (color.height, color.width) != (depth.height, depth.width):
             raise FrameRejected("size_mismatch", f"colour {color.width}x{color.height} and depth "
                                 f"{depth.width}x{depth.height} differ (depth must be registered "
                                 "to colour)")
-        self._check_size(color)
+        self._check_size(color, camera)
+        return camera
 
-    def _check_camera(self) -> None:
+    def _check_camera(self) -> CameraModel:
         if self.camera is None:
             raise FrameRejected("no_camera_info", "no camera_info received yet")
+        return self.camera
 
-    def _check_size(self, color: RawImage) -> None:
-        if (color.height, color.width) != (self.camera.height, self.camera.width):
+    def _check_size(self, color: RawImage, camera: CameraModel) -> None:
+        if (color.height, color.width) != (camera.height, camera.width):
             raise FrameRejected("camera_info_size_mismatch", f"image {color.width}x{color.height} "
-                                f"but camera_info {self.camera.width}x{self.camera.height}")
+                                f"but camera_info {camera.width}x{camera.height}")
 
     def image_of(self, color: RawImage) -> np.ndarray:
         """The policy image of a colour frame alone (``process`` makes the same one), for
         a node that publishes it while the frame's depth is still on its way; raises
         ``FrameRejected`` without camera_info or when the sizes disagree."""
-        self._check_camera()
-        self._check_size(color)
+        self._check_size(color, self._check_camera())
         return self.policy_image(*color_view(color))
 
     def process(self, color: RawImage, depth: RawImage, with_image: bool = True) -> Observation:
@@ -197,6 +198,7 @@ class RgbdObservationPipeline:
         depth_px, units_per_m = depth_view(depth)
         t1 = time.perf_counter()
         rays = self._roi_rays
+        assert rays is not None  # built with the camera
         z = depth_to_metres(depth_px[rays.rows, rays.cols], units_per_m,
                             self.config.min_depth_m, self.config.max_depth_m)
         num_valid = int(np.count_nonzero(~np.isnan(z)))
@@ -235,9 +237,9 @@ class RgbdObservationPipeline:
 
     def full_cloud(self, color: RawImage, depth: RawImage) -> tuple[np.ndarray, np.ndarray]:
         """(points in the base frame, uint8 RGB) of every valid pixel on the full-cloud stride."""
-        self._check_pair(color, depth)
+        camera = self._check_pair(color, depth)
         if self._full_rays is None:
-            self._full_rays = PixelRays.build(self.camera, self.camera_to_base,
+            self._full_rays = PixelRays.build(camera, self.camera_to_base,
                                               self.config.full_cloud_stride)
         rays = self._full_rays
         color_px, rgb_order = color_view(color)

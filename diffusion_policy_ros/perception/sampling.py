@@ -5,7 +5,7 @@ voxel centroid: it is cheaper and never puts
 "ghost" points between a foreground edge and the background behind it.
 ``farthest_point_indices`` uses open3d's C++ farthest-point sampler (a numpy
 loop over 1024 picks is an order of magnitude slower at a few thousand points;
-figures in docs/benchmarks.md, "Measurements behind the code's design").
+figures in docs/explanation/benchmarks.md, "Measurements behind the code's design").
 open3d is imported on first use (about a second): the point-cloud message helpers
 here are imported by processes that never sample; ``load_fps_backend`` takes that
 second at a pipeline's start-up rather than on its first frame.

@@ -39,7 +39,7 @@ class SyncedPair:
 
 
 class _Stream:
-    def __init__(self):
+    def __init__(self) -> None:
         self.stamps: list[int] = []
         self.items: list[Any] = []
         self.seen: collections.deque[int] = collections.deque()
@@ -143,6 +143,7 @@ class RgbdSyncBuffer:
         return self._match()
 
     def _evict(self) -> None:
+        assert self._newest_ns is not None  # set by _add
         horizon = self._newest_ns - self.max_age_ns
         for name, stream in self._streams.items():
             while stream.stamps and stream.stamps[0] < horizon:
@@ -172,7 +173,8 @@ class RgbdSyncBuffer:
             self._last_output_ns = t
             self.pairs_emitted += 1
             out.append(SyncedPair(t, color, depth, skew))
-        while out and colors.stamps and colors.stamps[0] <= self._last_output_ns:
+        last = self._last_output_ns
+        while out and last is not None and colors.stamps and colors.stamps[0] <= last:
             colors.pop(0)
             self.drops["unmatched_color"] += 1
         return out

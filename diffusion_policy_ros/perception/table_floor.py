@@ -3,7 +3,7 @@
 The observation cloud is cropped to a box whose floor (``workspace_min`` z) leaves the
 table out. A time-of-flight camera scatters the table top around its true height; a
 floor inside that scatter lets table points into the cloud, and there they outvote an
-object whose brightest face the gripper hides (docs/rl.md, "Depth noise and the
+object whose brightest face the gripper hides (docs/explanation/rl.md, "Depth noise and the
 table"). This measures the scatter from depth frames of the table, so the floor can be
 set from the camera at hand rather than from the simulated twin's noise model.
 

@@ -4,7 +4,8 @@ The demonstrations' joint paths over one chunk are smooth, while a few-step samp
 (a consistency student, DDIM with few steps) leaves high-frequency jitter in each
 sampled path. The tracker follows that jitter, the arm shakes, and the grasp misses.
 Projecting each arm joint's path onto its first cosine (DCT-II) terms removes the
-jitter and keeps what the demonstrations contain (``dpr``'s docs/lightdp.md measures
+jitter and keeps what the demonstrations contain (``dpr``'s docs/explanation/distillation.md
+measures
 both). The constant term is among those kept, so the projection commutes with the
 normaliser's per-column affine map and with relative actions. The gripper column is
 left as sampled: its open/close is a step.

@@ -29,7 +29,7 @@ def _npu_available() -> bool:
         importlib.import_module("torch_npu")
     except ImportError:
         return False
-    return torch.npu.is_available()
+    return torch.npu.is_available()  # type: ignore[attr-defined]  # added by torch_npu
 
 
 def resolve_device(name: str) -> torch.device:
@@ -51,7 +51,7 @@ def resolve_device(name: str) -> torch.device:
                 "device 'npu' needs the Ascend adapter torch_npu (pip install torch-npu of the "
                 f"release matching torch {torch.__version__}, plus the CANN toolkit); it is "
                 f"not importable here: {exc}") from None
-        if not torch.npu.is_available():
+        if not torch.npu.is_available():  # type: ignore[attr-defined]  # added by torch_npu
             raise DeviceUnavailableError("torch_npu is installed but no NPU is visible "
                                          "(check the CANN driver and ASCEND_RT_VISIBLE_DEVICES)")
     return torch.device(name)

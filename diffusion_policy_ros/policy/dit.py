@@ -39,8 +39,10 @@ class DiTBlock(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(width, hidden), nn.GELU(approximate="tanh"),
                                  nn.Linear(hidden, width))
         self.modulation = nn.Sequential(nn.SiLU(), nn.Linear(width, 6 * width))
-        nn.init.zeros_(self.modulation[1].weight)
-        nn.init.zeros_(self.modulation[1].bias)
+        modulation = self.modulation[1]
+        assert isinstance(modulation, nn.Linear)
+        nn.init.zeros_(modulation.weight)
+        nn.init.zeros_(modulation.bias)
 
     def attention(self, x: torch.Tensor) -> torch.Tensor:
         b, n, w = x.shape
@@ -70,7 +72,9 @@ class DiffusionTransformer(nn.Module):
         self.final_norm = nn.LayerNorm(width, elementwise_affine=False, eps=1e-6)
         self.final_modulation = nn.Sequential(nn.SiLU(), nn.Linear(width, 2 * width))
         self.output_proj = nn.Linear(width, action_dim)
-        for layer in (self.final_modulation[1], self.output_proj):
+        final_modulation = self.final_modulation[1]
+        assert isinstance(final_modulation, nn.Linear)
+        for layer in (final_modulation, self.output_proj):
             nn.init.zeros_(layer.weight)
             nn.init.zeros_(layer.bias)
 

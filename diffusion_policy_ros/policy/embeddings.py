@@ -13,6 +13,8 @@ from diffusion_policy_ros.policy.activations import Mish
 class SinusoidalEmbedding(nn.Module):
     """Transformer-style sin/cos features of a scalar step index (B,) -> (B, dim)."""
 
+    freqs: torch.Tensor  # a buffer
+
     def __init__(self, dim: int):
         super().__init__()
         half = dim // 2

@@ -58,11 +58,12 @@ AOT_MANIFEST_FORMAT = "diffusion_policy_ros.aotinductor/2"
 #: GEMMs are autotuned, each timed against Inductor's own C++ micro-kernels, which
 #: makes the export several times longer. The encoders' larger products gain nothing
 #: from it (``dpr bench aot`` measures both).
-AOT_FROZEN = {"freezing": True}
+AOT_FROZEN: dict[str, object] = {"freezing": True}
 AOT_FROZEN_AUTOTUNED = {**AOT_FROZEN, "max_autotune": True,
                         "max_autotune_gemm_backends": "CPP,ATEN"}
-AOT_INDUCTOR_CONFIGS = {AOT_IMAGE_PACKAGE: AOT_FROZEN, AOT_CLOUD_PACKAGE: AOT_FROZEN,
-                        AOT_CHUNK_PACKAGE: AOT_FROZEN_AUTOTUNED}
+AOT_INDUCTOR_CONFIGS: dict[str, dict[str, object]] = {
+    AOT_IMAGE_PACKAGE: AOT_FROZEN, AOT_CLOUD_PACKAGE: AOT_FROZEN,
+    AOT_CHUNK_PACKAGE: AOT_FROZEN_AUTOTUNED}
 MANIFESTS = {"onnxruntime": MANIFEST, "aotinductor": AOT_MANIFEST}
 """The manifest file of each static-graph backend's export."""
 

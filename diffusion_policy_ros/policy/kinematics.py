@@ -37,6 +37,14 @@ def axis_angle_rotation(axis: torch.Tensor, angle: torch.Tensor) -> torch.Tensor
 class SerialChainKinematics(nn.Module):
     """(..., J) joint angles (rad) -> (..., 3) tool position (m) in the chain's root frame."""
 
+    # Buffers.
+    origin_rotation: torch.Tensor
+    origin_position_m: torch.Tensor
+    joint_position_m: torch.Tensor
+    joint_axis: torch.Tensor
+    tool_rotation: torch.Tensor
+    tool_position_m: torch.Tensor
+
     def __init__(self, n_joints: int):
         super().__init__()
         self.n_joints = n_joints
@@ -158,6 +166,13 @@ def _origin(joint: ET.Element) -> np.ndarray:
     return transform
 
 
+def _link_of(joint: ET.Element, end: str) -> str | None:
+    """The ``link`` of a URDF joint's ``<parent>`` or ``<child>``."""
+    element = joint.find(end)
+    assert element is not None, f"URDF joint '{joint.get('name')}' has no <{end}>"
+    return element.get("link")
+
+
 def urdf_chain(urdf: str | Path, joint_names: Sequence[str],
                tip_link: str) -> dict[str, np.ndarray]:
     """The serial chain root link -> ``joint_names`` (revolute, in order) -> ``tip_link``
@@ -167,13 +182,14 @@ def urdf_chain(urdf: str | Path, joint_names: Sequence[str],
     joint between the root and the tip is an error, since the chain could not hold it.
     """
     root = ET.parse(urdf).getroot()
-    by_child = {j.find("child").get("link"): j for j in root.findall("joint")}
+    by_child = {_link_of(j, "child"): j for j in root.findall("joint")}
     if tip_link not in {link.get("name") for link in root.findall("link")}:
         raise ValueError(f"the URDF has no link '{tip_link}'")
-    path, link = [], tip_link
+    path: list[ET.Element] = []
+    link: str | None = tip_link
     while link in by_child:
         path.append(by_child[link])
-        link = by_child[link].find("parent").get("link")
+        link = _link_of(by_child[link], "parent")
     movable = [j.get("name") for j in reversed(path) if j.get("type") != "fixed"]
     if movable != list(joint_names):
         raise ValueError(f"the URDF's movable joints from '{link}' to '{tip_link}' are "

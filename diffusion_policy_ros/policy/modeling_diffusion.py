@@ -17,7 +17,7 @@ denoiser models the chunk minus the newest measured joint state, which is
 added back here: replanning at 10 Hz executes mostly a chunk's first points,
 and an absolute chunk's first point carries the network's whole fit error
 (measured on held-out demonstration frames, where the demonstrations have none;
-docs/benchmarks.md, "Measurements behind the code's design") as a command
+docs/explanation/benchmarks.md, "Measurements behind the code's design") as a command
 offset. Call ``eval()`` first: in training mode the RGB encoder crops at random.
 
 Prediction type: epsilon, the choice of Chi et al.'s released U-Net and
@@ -101,6 +101,8 @@ class DiffusionPolicy(nn.Module):
     statistics (``normalizer.set_stats``, ``normalizer.min_max_stats``) before
     training; checkpoints carry them from then on.
     """
+
+    chunk_lowpass: torch.Tensor | None  # a buffer
 
     def __init__(self, config: DiffusionPolicyConfig):
         super().__init__()
@@ -243,6 +245,7 @@ class DiffusionPolicy(nn.Module):
                 cond = cond + self.target_proj(target.flatten(1))
         if self.tool_target is not None:
             with timed(timer, "tool_target"):
+                assert self.kinematics is not None  # made with tool_target
                 tool = self.normalizer.normalize(POINTS_XYZ, self.kinematics(state))
                 cond = cond + self.tool_target(centre, tool)
         return cond, centre
@@ -261,7 +264,8 @@ class DiffusionPolicy(nn.Module):
         if steps is None:
             steps = torch.randint(0, self.config.num_train_timesteps, (clean.shape[0],),
                                   device=clean.device)
-        noisy = self.training_scheduler.add_noise(clean, noise, steps)
+        # diffusers annotates IntTensor; any integer tensor works
+        noisy = self.training_scheduler.add_noise(clean, noise, steps)  # type: ignore[arg-type]
         prediction = self.denoiser(noisy, steps, cond).float()
         target = noise if self.config.prediction_type == "epsilon" else clean
         loss = F.mse_loss(prediction, target)
@@ -272,6 +276,7 @@ class DiffusionPolicy(nn.Module):
             error = (self.grasp_head(cond).float() - grasp).square().mean(dim=1)
             loss = loss + self.config.grasp_aux_weight * _weighted_mean(error, labelled)
         if self.config.target_aux_weight > 0 and GRASP_POSITION in batch:
+            assert centre is not None  # the config requires target_grounding
             where = self.normalizer.normalize(POINTS_XYZ, batch[GRASP_POSITION].float())
             error = (centre[:, -1, :2].float() - where[:, :2]).square().mean(dim=1)
             weight = batch[GRASP_APPROACH].float() if GRASP_APPROACH in batch \
@@ -314,7 +319,7 @@ class DiffusionPolicy(nn.Module):
         for t in scheduler.timesteps:
             with timed(timer, "denoiser_step"):
                 out = self.denoiser(x, t, cond).float()
-                x = scheduler.step(out, t, x).prev_sample
+                x = scheduler.step(out, t, x, return_dict=False)[0]  # prev_sample
         return x
 
     @torch.no_grad()
@@ -349,7 +354,8 @@ class DiffusionPolicy(nn.Module):
         With ``num_samples`` K > 1 K chunks are drawn per observation in one batch and
         the medoid is returned: the sample with the least summed L1 distance (normalised
         units) to the others. Single draws scatter, and a persistent noise seed turns a
-        stray draw into a bias that lasts the episode (docs/training.md, "Why 8 samples"). The
+        stray draw into a bias that lasts the episode (docs/explanation/policy.md, "Why 8
+        samples"). The
         medoid stays a real sample, so it never blends two modes (a grasp yaw 90 degrees
         apart) as a mean or median would.
         """

@@ -112,7 +112,11 @@ class PointNetEncoder(nn.Module):
     def forward(self, xyz: torch.Tensor, rgb: torch.Tensor | None = None,
                 condition: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """``condition``: (M, condition_dim), required when the encoder has FiLM layers."""
-        features = torch.cat([xyz, rgb], dim=-1) if self.use_rgb else xyz
+        if self.use_rgb:
+            assert rgb is not None, "the encoder takes rgb"
+            features = torch.cat([xyz, rgb], dim=-1)
+        else:
+            features = xyz
         if self.films and condition is None:
             raise ValueError("this PointNet is FiLM-conditioned: pass the condition")
         for i in range(0, len(self.mlp), 3):  # Linear, LayerNorm, [FiLM,] ReLU

@@ -89,8 +89,11 @@ def block_importance(block: DiTBlock) -> float:
 
 def importance_distribution(dit: DiffusionTransformer) -> torch.Tensor:
     """p_i = I_i / sum_j I_j over the blocks of ``dit`` in order, (L,) float64."""
-    importance = torch.tensor([block_importance(b) for b in dit.blocks.values()],
-                              dtype=torch.float64)
+    values = []
+    for block in dit.blocks.values():
+        assert isinstance(block, DiTBlock)
+        values.append(block_importance(block))
+    importance = torch.tensor(values, dtype=torch.float64)
     return importance / importance.sum()
 
 
@@ -106,7 +109,7 @@ def select_positions(logits: torch.Tensor, pattern: NMPattern) -> list[int]:
     """Positions (0..L-1, ascending) of the N highest logits of every group of M; ties go
     to the earlier block."""
     pattern.check(logits.numel())
-    kept = []
+    kept: list[int] = []
     for start in range(0, logits.numel(), pattern.m):
         group = logits[start:start + pattern.m].tolist()
         order = sorted(range(pattern.m), key=lambda j: (-group[j], j))
@@ -123,6 +126,8 @@ class GatedDiT(nn.Module):
     explicit ``mask`` (L,) or (B, L) overrides both. The wrapped DiT is left untouched:
     the gating lives in forward hooks that act only inside ``GatedDiT.forward``.
     """
+
+    candidates: torch.Tensor  # a buffer
 
     def __init__(self, dit: DiffusionTransformer, pattern: NMPattern,
                  init_logits: torch.Tensor | None = None):

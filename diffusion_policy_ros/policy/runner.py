@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from diffusion_policy_ros.policy.checkpoint import load_checkpoint
@@ -50,7 +51,7 @@ def default_graph_dir(checkpoint: str | Path, backend: str, threads: int) -> Pat
     """``CHECKPOINT/onnx``, or ``CHECKPOINT/aot/threads_N`` for AOTInductor packages
     compiled for N intra-op threads: Inductor fixes the thread count of its generated
     loops at compile time, and a package run at another count is several times slower
-    (docs/lightdp.md), so each count has its own packages."""
+    (docs/explanation/distillation.md), so each count has its own packages."""
     base = Path(checkpoint) / GRAPH_SUBDIRS[backend]
     return base / f"threads_{threads}" if backend == "aotinductor" else base
 
@@ -75,7 +76,7 @@ class PolicyRunner:
     chunk only a little faster than one while the machine is idle, but with two
     threads steps stall whenever another process (the 500 Hz tracker, a camera
     node) holds a core; one thread degrades gracefully (figures in
-    docs/benchmarks.md, "Measurements behind the code's design").
+    docs/explanation/benchmarks.md, "Measurements behind the code's design").
     """
 
     def __init__(self, policy: DiffusionPolicy, *, device: str = "auto",
@@ -110,12 +111,15 @@ class PolicyRunner:
             if graph_dir is None:
                 raise BackendError(f"backend {backend!r} needs the exported graphs' "
                                    f"directory (dpr export)")
+        self.backend: TorchBackend | OnnxRuntimeBackend | AotInductorBackend
         if backend == "aotinductor":
+            assert graph_dir is not None  # checked above
             self.backend = AotInductorBackend(graph_dir, weights_sha256,
                                               self.num_inference_steps, self.num_samples,
                                               self.config.chunk_lowpass_terms,
                                               threads=torch.get_num_threads())
         elif backend == "onnxruntime":
+            assert graph_dir is not None  # checked above
             self.backend = OnnxRuntimeBackend(graph_dir, weights_sha256, self.num_inference_steps,
                                               self.num_samples, num_threads,
                                               self.config.chunk_lowpass_terms)
@@ -162,7 +166,7 @@ class PolicyRunner:
                 LANGUAGE: torch.from_numpy(embedding)[None].to(self.device)}
 
     def _stack(self, observations: Sequence[Observation], key: str,
-               dtype: np.dtype) -> torch.Tensor:
+               dtype: npt.DTypeLike) -> torch.Tensor:
         """(1, len(observations), ...) tensor of one observation entry on the device."""
         array = np.stack([np.asarray(obs[key], dtype=dtype) for obs in observations])
         return torch.from_numpy(array)[None].to(self.device, non_blocking=True)
@@ -174,7 +178,7 @@ class PolicyRunner:
         New noise per chunk matters in closed loop: with the same noise every chunk,
         sampling is a deterministic function of the observation, so a state where the
         policy commands "stay" (e.g. hovering over the object) returns the same chunk
-        forever (docs/training.md, "Why new noise for every chunk")."""
+        forever (docs/explanation/policy.md, "Why new noise for every chunk")."""
         return torch.Generator(device=self.device).manual_seed(seed)
 
     def predict(self, observations: Sequence[Observation], instruction: str,

@@ -181,7 +181,7 @@ def _platform_difference(key: str, packaged: object, here: object) -> str:
     """What an AOTInductor manifest's ``key`` says against this machine, in words."""
     if key == "cpu_instruction_sets" and packaged is None:
         return "a CPU its manifest does not name (exported before manifests recorded it)"
-    if key == "cpu_instruction_sets" and isinstance(packaged, list):
+    if key == "cpu_instruction_sets" and isinstance(packaged, list) and isinstance(here, list):
         missing = sorted(set(packaged) - set(here))
         unused = sorted(set(here) - set(packaged))
         if missing:

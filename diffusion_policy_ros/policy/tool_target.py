@@ -47,8 +47,10 @@ class ToolTargetEncoder(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(in_dim, hidden_dim), Mish(),
                                  nn.Linear(hidden_dim, hidden_dim), Mish(),
                                  nn.Linear(hidden_dim, out_dim))
-        nn.init.zeros_(self.mlp[-1].weight)
-        nn.init.zeros_(self.mlp[-1].bias)
+        last = self.mlp[-1]
+        assert isinstance(last, nn.Linear)
+        nn.init.zeros_(last.weight)
+        nn.init.zeros_(last.bias)
 
     def forward(self, centre: torch.Tensor, tool: torch.Tensor) -> torch.Tensor:
         geometry = torch.cat([centre, tool, centre - tool], dim=-1).float()

@@ -10,13 +10,13 @@ full resolution included (Chi et al.'s ConditionalUnet1D computes the full-resol
 but never uses it, so fine temporal detail, which epsilon prediction needs,
 must squeeze through the half-resolution path: on a few memorised chunks a tiny
 U-Net of that shape cut the loss far less than this one did in as many steps;
-figures in docs/benchmarks.md, "Measurements behind the code's design").
+figures in docs/explanation/benchmarks.md, "Measurements behind the code's design").
 Upsampling is nearest-neighbour x2 followed by a convolution.
 
 Convolutions run as unfold + matmul (``TemporalConv1d``): at batch 1 and
 sequence lengths 4-16, torch 2.13's CPU ``conv1d`` takes its slow im2col path,
 measured several times slower than the same product as one ``linear`` on the
-deep levels, the bulk of a step (figures in docs/benchmarks.md, "Measurements
+deep levels, the bulk of a step (figures in docs/explanation/benchmarks.md, "Measurements
 behind the code's design").
 """
 
@@ -39,6 +39,7 @@ class TemporalConv1d(nn.Conv1d):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if torch.onnx.is_in_onnx_export():  # a static graph runs its own Conv kernel
             return super().forward(x)
+        assert not isinstance(self.padding, str)  # numeric padding only
         (k,), (stride,), (pad,) = self.kernel_size, self.stride, self.padding
         cols = F.pad(x, (pad, pad)).unfold(2, k, stride)
         cols = cols.transpose(1, 2).flatten(2)
@@ -118,14 +119,18 @@ class FilmUnet1d(nn.Module):
         film = torch.cat([self.timestep_encoder(t), cond], dim=-1)
         x = sample.transpose(1, 2)
         skips = []
-        for level, (res1, res2, downsample) in enumerate(self.down):
+        for level, stage in enumerate(self.down):
+            assert isinstance(stage, nn.ModuleList)
+            res1, res2, downsample = stage
             x = res2(res1(x, film), film)
             if level < len(self.up):
                 skips.append(x)
             x = downsample(x)
         for res in self.mid:
             x = res(x, film)
-        for upsample, res1, res2 in self.up:
+        for stage in self.up:
+            assert isinstance(stage, nn.ModuleList)
+            upsample, res1, res2 = stage
             x = torch.cat([upsample(x), skips.pop()], dim=1)
             x = res2(res1(x, film), film)
         return self.head(x).transpose(1, 2)

@@ -95,6 +95,10 @@ class RgbEncoder(nn.Module):
             images = center_crop(images, self.crop_hw)
         # Inputs centred on zero; GroupNorm takes care of the scale.
         features = self.stages(self.stem(images - 0.5))
-        features = (_binned_average(features, self.pool.output_size)
-                    if torch.onnx.is_in_onnx_export() else self.pool(features))
+        if torch.onnx.is_in_onnx_export():
+            grid = self.pool.output_size
+            assert isinstance(grid, int)  # token_grid
+            features = _binned_average(features, grid)
+        else:
+            features = self.pool(features)
         return features.flatten(2).transpose(1, 2)

@@ -34,9 +34,11 @@ from collections import Counter
 from pathlib import Path
 
 import rclpy
+from rclpy.client import Client
 from rclpy.duration import Duration
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
+from rclpy.publisher import Publisher
 from rclpy.qos import DurabilityPolicy, QoSProfile
 from rosgraph_msgs.msg import Clock
 
@@ -136,7 +138,7 @@ class BagPlayer(Node):
         super().__init__("dpr_bag_player", namespace=options.namespace or "", **kwargs)
         self.options = options
         self.publishing = PublishGuard(self.get_logger(), self.context)
-        self.pubs = {}
+        self.pubs: dict[str, Publisher] = {}
         for conn in connections:
             if conn.topic not in self.pubs:
                 self.pubs[conn.topic] = self.create_publisher(
@@ -155,7 +157,8 @@ class BagPlayer(Node):
 
         deadline = time.monotonic() + timeout_s
         pending = list(nodes)
-        clients = {n: self.create_client(GetState, f"{n}/get_state") for n in nodes}
+        clients: dict[str, Client] = {n: self.create_client(GetState, f"{n}/get_state")
+                                      for n in nodes}
         try:
             while pending and time.monotonic() < deadline and self.context.ok():
                 for name in list(pending):
@@ -181,7 +184,7 @@ class BagPlayer(Node):
         deadline = time.monotonic() + timeout_s
         for topic in topics:
             name = self.resolve_topic_name(topic)
-            types = []
+            types: list[str] = []
             while not types and time.monotonic() < deadline and self.context.ok():
                 types = dict(self.get_topic_names_and_types()).get(name, [])
                 if not types:

@@ -2,13 +2,14 @@
 and the camera images' lost fragments are repaired at once.
 
 Fast DDS's shared-memory transport lets a stopped or killed subscriber process hold
-the publisher's ``publish()`` (docs/safety.md); a ``data_reader`` profile named after
+the publisher's ``publish()`` (docs/explanation/safety.md); a ``data_reader`` profile named after
 a topic moves that topic's readers off it. A 640 x 360 ``bgra8`` frame (921 kB) is
 larger than what shared memory hands over at once, so some of its fragments are dropped
 and sent again on the reader's request, and a reliable reader delivers the frame only
 when it is whole: it waits for Fast DDS's default reply delays (5 ms before the reader
 asks, 5 ms before the writer answers) on every frame. The camera topics' writer and
-reader profiles set both delays to zero (docs/lightdp.md, "the camera's lost fragments",
+reader profiles set both delays to zero (docs/explanation/distillation.md, "the camera's lost
+fragments",
 measures it).
 rmw_fastrtps looks profiles up by the fully
 qualified topic name, so the names depend on the node's namespace and remaps: every

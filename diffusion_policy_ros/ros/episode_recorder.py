@@ -27,6 +27,7 @@ from trajectory_msgs.msg import JointTrajectory
 from visualization_msgs.msg import MarkerArray
 
 from diffusion_policy_ros.config import CONFIG_DIR
+from diffusion_policy_ros.perception.geometry import CameraModel
 from diffusion_policy_ros.perception.image_decoding import FrameRejected, decode_color
 from diffusion_policy_ros.perception.pipeline import RgbdSyncConfig
 from diffusion_policy_ros.ros.conversions import camera_model, raw_image, stamp_to_ns
@@ -55,7 +56,7 @@ class EpisodeMediaRecorder:
         self.joint_names = list(joint_names)
         self.camera_to_base = (sync_config or load_sync_config(CONFIG_DIR / "rgbd_sync.yaml")
                                ).camera_to_base()
-        self.camera = None
+        self.camera: CameraModel | None = None
         self.recording: EpisodeRecording | None = None
         self.decode_errors = 0
         newest = QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT)

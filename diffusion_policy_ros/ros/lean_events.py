@@ -6,7 +6,7 @@ rclpy's executor enters, counts, adds to its wait set and checks again in
 Python on every ``spin_once``, so a node with a dozen endpoints pays for two
 dozen of them on each of its hundreds of wake-ups per second: on the 500 Hz
 lockstep of the simulated arm that is much of the loop's CPU and latency
-(measured with ``dpr bringup``'s CPU line, docs/lightdp.md).
+(measured with ``dpr bringup``'s CPU line, docs/explanation/distillation.md).
 
 ``LeanEventsMixin`` (before ``Node`` / ``LifecycleNode`` in the bases) keeps
 one handler per subscription, which warns when a publisher offers QoS that
@@ -18,9 +18,16 @@ data. Publishers get none: the subscriber side reports the same mismatch
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from rclpy.event_handler import PublisherEventCallbacks, SubscriptionEventCallbacks
+from rclpy.impl.rcutils_logger import RcutilsLogger
 from rclpy.node import Node
 from rclpy.qos import qos_policy_name_from_kind
+
+
+class _Logging(Protocol):
+    def get_logger(self) -> RcutilsLogger: ...
 
 
 class LeanEventsMixin:
@@ -45,7 +52,7 @@ class LeanEventsMixin:
         return super().create_subscription(msg_type, topic, *args,
                                            event_callbacks=event_callbacks, **kwargs)
 
-    def _warn_incompatible_qos(self, topic: str, event) -> None:
+    def _warn_incompatible_qos(self: _Logging, topic: str, event) -> None:
         self.get_logger().warning(
             f"a publisher on '{topic}' offers QoS this subscription cannot take: no messages "
             f"from it (last incompatible policy: "

@@ -67,7 +67,7 @@ def chunk_from_msg(msg: JointTrajectory) -> ActionChunk:
 
 
 class PdTrackerNode(LeanEventsMixin, Node):
-    def __init__(self, **kwargs):
+    def __init__(self, **kwargs) -> None:
         # Before anything can fail: destroy_node reads them.
         self.loop: PeriodicThread | MessageDrivenThread | None = None
         self.joint_states: WaitedSubscription | None = None
@@ -192,8 +192,10 @@ class PdTrackerNode(LeanEventsMixin, Node):
             # that was in flight when the path was aborted (the abort itself is warned of).
             self.get_logger().debug(f"skipped action chunk: {decision.detail}")
             return
-        self._report(f"chunk_{decision.reason.value}",
-                     f"rejected action chunk ({decision.reason.value}): {decision.detail}")
+        reason = decision.reason
+        assert reason is not None  # a rejection has one
+        self._report(f"chunk_{reason.value}",
+                     f"rejected action chunk ({reason.value}): {decision.detail}")
 
     def _on_joint_states(self, msg: JointState) -> None:
         stamp_ns = stamp_to_ns(msg.header.stamp)
@@ -286,6 +288,7 @@ class PdTrackerNode(LeanEventsMixin, Node):
             status.message = f"no chunks for {silent_s:.1f} s: holding"
         else:
             status.level, status.message = DiagnosticStatus.OK, mode
+        assert self.clock_thread is not None  # made in __init__
         self.clock_thread.report(status)
         values = {
             "mode": mode,

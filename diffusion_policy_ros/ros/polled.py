@@ -6,7 +6,7 @@ only reads in batches (``policy_node`` pairs joint_states with camera frames at
 30 Hz; the episode recorder keeps 50 Hz of them) that dispatch is most of the
 node's CPU, and on a 2-core machine running the whole graph it is CPU the
 simulation and the tracker need (``dpr bringup`` prints each process's CPU per
-sim second; docs/lightdp.md has the figures before and after).
+sim second; docs/explanation/distillation.md has the figures before and after).
 
 A ``PolledSubscription`` is an ordinary DDS reader with a KEEP_LAST queue: the
 middleware keeps the newest ``depth`` messages, and ``take_all`` / ``take_latest``
@@ -28,7 +28,7 @@ under sim time, once per 2 ms simulated step. ``WaitedSubscriptions`` is the sam
 the topics of one stream that a thread serves together (``rgbd_sync_node``'s camera
 topics, ``policy_node``'s observation): the message is handled as soon as it is
 queued, where an executor came to it about 2 ms later on the busy 2-core machine
-(docs/lightdp.md).
+(docs/explanation/distillation.md).
 """
 
 from __future__ import annotations
@@ -99,10 +99,13 @@ class _Waiter:
         self._wake = GuardCondition(None, None, context=node.context)
         # Taken once: the tracker waits through here 500 times a second.
         self._subscriptions = [s.subscription.handle for s in subscriptions]
-        self._held = (*self._subscriptions, self._wake.handle, node.context.handle)
+        context = node.context.handle
+        assert context is not None, "the node's context is shut down"
+        self._wake_handle, self._context = self._wake.handle, context
+        self._held = (*self._subscriptions, self._wake_handle, context)
 
     def wait(self, timeout_s: float) -> None:
-        *_, wake, context = self._held
+        wake, context = self._wake_handle, self._context
         with contextlib.ExitStack() as held:
             for handle in self._held:
                 held.enter_context(handle)

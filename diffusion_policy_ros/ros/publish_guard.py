@@ -5,7 +5,7 @@ sample. Fast DDS refuses one when a reliable writer's history is full and its ol
 sample cannot be released within the reliability QoS's ``max_blocking_time``
 (100 ms by default), e.g. while a CPU-starved process's reliable reader is still
 being served: next to CPU burners ``sim_node``'s ``joint_states`` publish raised and
-the node exited (docs/safety.md, "A refused publish"). One lost sample is what a
+the node exited (docs/explanation/safety.md, "A refused publish"). One lost sample is what a
 best-effort reader sees anyway and the next follows a period later; a node that exits
 instead stops the loop for everyone. A publish that fails because the node's context
 is shutting down (a loop or render thread finishing its turn after SIGTERM) is neither

@@ -30,7 +30,11 @@ from std_msgs.msg import Header
 from diffusion_policy_ros.monitoring import RateMeter, RollingStats, ThrottledReasons
 from diffusion_policy_ros.perception.frame_schedule import FrameRateSchedule
 from diffusion_policy_ros.perception.image_decoding import FrameRejected
-from diffusion_policy_ros.perception.pipeline import RgbdObservationPipeline, RgbdSyncConfig
+from diffusion_policy_ros.perception.pipeline import (
+    Observation,
+    RgbdObservationPipeline,
+    RgbdSyncConfig,
+)
 from diffusion_policy_ros.perception.sync_buffer import RgbdSyncBuffer
 from diffusion_policy_ros.ros.conversions import (
     camera_model,
@@ -56,7 +60,7 @@ CAMERA_TOPICS = ("camera/rgb/image_raw", "camera/depth_to_rgb/image_raw", "camer
 
 
 class RgbdSyncNode(LeanEventsMixin, Node):
-    def __init__(self, **kwargs):
+    def __init__(self, **kwargs) -> None:
         # Before anything can fail: destroy_node reads them.
         self.camera_thread: MessageDrivenThread | None = None
         self.camera_topics: WaitedSubscriptions | None = None
@@ -83,7 +87,7 @@ class RgbdSyncNode(LeanEventsMixin, Node):
         #: must not make every colour frame after it go ahead too.
         self._image_ahead_waiting = False
         self.images_ahead_total = 0
-        self.last_observation = None
+        self.last_observation: Observation | None = None
         self._window_drops = 0
         self._last_cloud_s = 0.0
 
@@ -195,6 +199,7 @@ class RgbdSyncNode(LeanEventsMixin, Node):
         header = Header(stamp=ns_to_stamp(pair.stamp_ns), frame_id=self.config.base_frame)
         if not image_ahead:
             image_header = Header(stamp=header.stamp, frame_id=pair.color.header.frame_id)
+            assert obs.image_rgb is not None  # made with_image
             self.publishing.publish(self.image_pub, rgb8_image_msg(obs.image_rgb, image_header))
         self.publishing.publish(self.points_pub, xyzrgb_cloud_msg(obs.points, obs.colors, header))
         now = time.monotonic()
@@ -219,6 +224,7 @@ class RgbdSyncNode(LeanEventsMixin, Node):
                 "frame loss) or make the publisher reliable")
 
     def _publish_diagnostics(self) -> None:
+        assert self.camera_thread is not None  # made in __init__
         self.camera_thread.raise_failure("rgbd_sync_node's camera thread")
         self._check_qos()
         with self._lock:
@@ -242,6 +248,7 @@ class RgbdSyncNode(LeanEventsMixin, Node):
             status.level, status.message = DiagnosticStatus.WARN, "dropping or padding frames"
         else:
             status.level, status.message = DiagnosticStatus.OK, "ok"
+        assert self.clock_thread is not None  # made in __init__
         self.clock_thread.report(status)
         self._window_drops = 0
         obs = self.last_observation

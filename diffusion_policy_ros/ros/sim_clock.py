@@ -4,7 +4,7 @@ Under ``use_sim_time`` rclpy's ``TimeSource`` subscribes to ``/clock`` through t
 node's executor: each message (``sim_node`` publishes 100 per sim second) costs that
 executor a rebuild of its wait set of every entity of the node and a dispatch through
 its task machinery, several times what a thread waiting on the ``/clock`` reader alone
-costs (docs/lightdp.md measures both). Each reader also costs the publisher a
+costs (docs/explanation/distillation.md measures both). Each reader also costs the publisher a
 delivery.
 
 ``ClockThread`` replaces the ``TimeSource``'s subscription by a ``WaitedSubscription``
@@ -19,6 +19,7 @@ reads ``/clock`` for its own purpose. Setting ``use_sim_time`` at run time stays
 from __future__ import annotations
 
 from diagnostic_msgs.msg import DiagnosticStatus
+from rclpy.clock import ROSClock
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rclpy.time import Time
@@ -30,6 +31,13 @@ from diffusion_policy_ros.ros.realtime import MessageDrivenThread
 CLOCK_TOPIC = "/clock"
 #: rclpy's and rclcpp's: the newest time is all a clock needs.
 CLOCK_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT)
+
+
+def ros_clock(node: Node) -> ROSClock:
+    """The node's clock, a ``ROSClock`` (``Node.get_clock`` says only ``Clock``)."""
+    clock = node.get_clock()
+    assert isinstance(clock, ROSClock), type(clock)
+    return clock
 
 
 def drop_time_source_subscription(node: Node) -> bool:
@@ -48,7 +56,7 @@ class ClockThread:
     time (``following``); otherwise does nothing. ``stop`` before destroying the node."""
 
     def __init__(self, node: Node):
-        self._clock = node.get_clock()
+        self._clock = ros_clock(node)
         self.following = (self._clock.ros_time_is_active
                           and drop_time_source_subscription(node))
         self._source: WaitedSubscription | None = None
@@ -81,5 +89,6 @@ class ClockThread:
     def stop(self) -> None:
         if self._thread is not None:
             self._thread.stop()
-            self._source.destroy()
+            if self._source is not None:
+                self._source.destroy()
             self._thread = None

@@ -39,7 +39,7 @@ step of wall time (the steady clock, never the node's ROS clock: this node is th
 clock source); it reads the gripper's commands on each wake-up too. The executor
 keeps the rest (services, instructions, diagnostics) and shares the simulation with
 that thread under one lock: at 500 Hz the executor's own wait-set rebuild and dispatch
-per command and per timer tick cost more CPU than the step (docs/lightdp.md). Each
+per command and per timer tick cost more CPU than the step (docs/explanation/distillation.md). Each
 turn steps as many 2 ms physics steps as ``real_time_factor`` x the wall time since
 the last turn demands (at most ``max_catchup_s`` of sim time; a larger backlog is
 dropped, counted, and the sim then runs slower than asked). Within a batch,
@@ -127,7 +127,11 @@ from diffusion_policy_ros.ros.params import declare_config
 from diffusion_policy_ros.ros.polled import PolledSubscription, WaitedSubscription
 from diffusion_policy_ros.ros.publish_guard import PublishGuard
 from diffusion_policy_ros.ros.realtime import GIL_SWITCH_INTERVAL_S, MessageDrivenThread
-from diffusion_policy_ros.ros.sim_clock import ClockThread, drop_time_source_subscription
+from diffusion_policy_ros.ros.sim_clock import (
+    ClockThread,
+    drop_time_source_subscription,
+    ros_clock,
+)
 from diffusion_policy_ros.sim.camera import RgbdFrame
 from diffusion_policy_ros.sim.lockstep import CommandVerdict, LockstepHandshake, TurnVerdict
 from diffusion_policy_ros.sim.render_thread import RenderThread
@@ -192,7 +196,7 @@ def episode_detail(state: TaskState, object_names=(), instruction_topic="/instru
     return ""
 
 
-def episode_report(state: TaskState, episode: int, seed: int, sim_time_s: float,
+def episode_report(state: TaskState, episode: int, seed: int | None, sim_time_s: float,
                    object_names=(), instruction_topic="/instruction") -> dict:
     """What ``sim/episode`` carries (as JSON) and ``/diagnostics`` repeats."""
     return {"episode": episode, "seed": seed, "status": episode_status(state),
@@ -204,7 +208,7 @@ def episode_report(state: TaskState, episode: int, seed: int, sim_time_s: float,
 
 
 class SimNode(LeanEventsMixin, Node):
-    def __init__(self, **kwargs):
+    def __init__(self, **kwargs) -> None:
         super().__init__("sim_node", **kwargs)
         self.config: SimConfig = declare_config(self, SimConfig)
         cfg = self.config
@@ -355,13 +359,14 @@ class SimNode(LeanEventsMixin, Node):
         msg = ClockMsg(clock=self._stamp())
         self.publishing.publish(self.clock_pub, msg)
         if self._sets_own_clock:
-            self.get_clock().set_ros_time_override(Time.from_msg(msg.clock))
+            ros_clock(self).set_ros_time_override(Time.from_msg(msg.clock))
 
     # -- episodes -----------------------------------------------------------------------------
 
     def _start_episode(self) -> None:
         # The last episode's frames go out before anything of the next one, and the
         # reset restarts the depth-noise stream the render thread draws from.
+        assert self.render is not None  # made before the first episode
         self.render.drain()
         # One physics step after the previous episode's last instant (never 0 = "unset").
         self._offset_s = self.sim_time_s() + self.dt if self._episode else self.dt
@@ -456,6 +461,7 @@ class SimNode(LeanEventsMixin, Node):
                 # stepped afterwards nor reported as a real-time shortfall.
                 self._last_wall, self._debt_s = None, 0.0
                 self._window = (time.monotonic(), self.sim_time_s())
+            assert self.physics is not None  # made in __init__
             self.physics.wake()  # resumed: the next turn is now, not after an idle wait
             self.get_logger().info("paused" if self._paused else "resumed")
         response.success = True
@@ -565,6 +571,7 @@ class SimNode(LeanEventsMixin, Node):
 
     def _wait_s(self) -> float:
         """How long the physics thread may sleep before its next turn (wall s)."""
+        assert self.physics is not None  # its own thread asks
         return self.physics.idle_wait_s if self._paused else self._turn_period_s
 
     def _accrue(self, wall: float) -> int:
@@ -653,6 +660,7 @@ class SimNode(LeanEventsMixin, Node):
             self._publish_joint_states()
         if self.runtime.frame_due():
             time_s = self.runtime.schedule_frame()
+            assert self.render is not None  # made in __init__
             self.render.submit(self.runtime.scene.data, (time_s, self._stamp()))
         status = episode_status(state)
         if status != self._status:
@@ -701,12 +709,14 @@ class SimNode(LeanEventsMixin, Node):
     # -- diagnostics --------------------------------------------------------------------------
 
     def _publish_diagnostics(self) -> None:
+        assert self.physics is not None  # made in __init__
         self.physics.raise_failure("sim_node's physics thread")
         with self._lock:
             self._publish_diagnostics_locked()
 
     def _publish_diagnostics_locked(self) -> None:
         cfg = self.config
+        assert self.render is not None  # made in __init__
         wall, sim = time.monotonic(), self.sim_time_s()
         wall0, sim0 = self._window
         self._window = (wall, sim)
@@ -717,6 +727,7 @@ class SimNode(LeanEventsMixin, Node):
                                 self.runtime.scene.object_names, self.instruction_topic)
         problems = []
         if self._stale:
+            assert self._last_command_s is not None  # stale after a command
             age = sim - self._last_command_s
             problems.append(f"commands stale ({age:.2f} s without an arm command): holding")
         if rtf < 0.9 * cfg.real_time_factor:

@@ -19,6 +19,7 @@ from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import QoSProfile
+from rclpy.timer import Timer
 from sensor_msgs.msg import CameraInfo, Image, PointCloud2
 from std_msgs.msg import Header
 
@@ -56,7 +57,7 @@ class SyntheticKinectPublisher(Node):
         self.info = camera_info_msg(kinect.camera, header)
         self.sent = 0
         self.period_s = 1.0 / rate_hz
-        self.timer = None
+        self.timer: Timer | None = None
 
     def start(self) -> None:
         self.timer = self.create_timer(self.period_s, self._publish)
@@ -134,6 +135,7 @@ def run(seconds: float = 10.0, resolution: str = "1280x720") -> int:
         camera.start()
         end = time.monotonic() + seconds
         _spin_until(executor, lambda: time.monotonic() > end, seconds + 1.0)
+        assert camera.timer is not None  # started above
         camera.destroy_timer(camera.timer)
         last = camera.sent
         _spin_until(executor, lambda: len(monitor.cloud_stamps) >= last, 2.0)

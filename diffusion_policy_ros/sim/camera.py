@@ -40,7 +40,8 @@ from diffusion_policy_ros.perception.image_decoding import RawImage
 CAMERA_NAME = "kinect"
 #: 16:9 like the Kinect colour camera. At 320x180 the sync node uses every pixel, as many
 #: as every second one of 640x360 (its auto stride keeps the points about a voxel apart),
-#: for a quarter of the drawing, transport and decoding (docs/lightdp.md, "a quarter of
+#: for a quarter of the drawing, transport and decoding (docs/explanation/distillation.md, "a
+#: quarter of
 #: the pixels"); the shipped policy was trained at 640x360.
 DEFAULT_RESOLUTION = (320, 180)
 #: As wide as the Kinect's narrow-field depth image, the pixel pitch DepthNoise is set in.
@@ -240,6 +241,7 @@ class KinectCamera:
         return scene
 
     def _draw_pass(self, scene: mujoco.MjvScene, read_depth: bool) -> None:
+        assert self._gl is not None, "the camera is closed"
         self._gl.make_current()
         mujoco.mjr_render(self._rect, scene, self._ctx)
         mujoco.mjr_readPixels(self._rgb_gl, self._depth_gl if read_depth else None,

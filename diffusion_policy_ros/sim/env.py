@@ -14,13 +14,15 @@ The simulated camera is mounted where the pipeline's extrinsics
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from diffusion_policy_ros.config import CONFIG_DIR, load_config
 from diffusion_policy_ros.control import ActionChunk, PdTrackerConfig
 from diffusion_policy_ros.perception.pipeline import RgbdObservationPipeline, RgbdSyncConfig
 from diffusion_policy_ros.sim.camera import set_camera_pose
-from diffusion_policy_ros.sim.runtime import SimulationRuntime
+from diffusion_policy_ros.sim.runtime import CameraFrame, SimulationRuntime
 from diffusion_policy_ros.sim.scene import JOINT_NAMES
 from diffusion_policy_ros.sim.sim_config import SimConfig
 from diffusion_policy_ros.sim.task import GraspTask
@@ -60,13 +62,14 @@ class GraspEnv:
         if c.render_observations:
             self.pipeline = RgbdObservationPipeline(sync_config or load_sync_config())
             set_camera_pose(self.runtime.scene.model, self.pipeline.camera_to_base)
+            assert self.runtime.camera is not None  # made for render_observations
             self.pipeline.set_camera(self.runtime.camera.camera_model)
         self._last_stamp_s = 0.0
         self._done = True
         #: Called with the runtime after every physics step (recording joint_states).
-        self.after_physics_step = None
+        self.after_physics_step: Callable[[SimulationRuntime], None] | None = None
         #: The camera frame behind the last observation (raw-camera recording).
-        self.last_frame = None
+        self.last_frame: CameraFrame | None = None
 
     def reset(self, seed: int | None = None, task: GraspTask | None = None) -> tuple[dict, dict]:
         """Start an episode (``seed`` None: the next in sequence from ``config.seed``)."""

@@ -216,6 +216,7 @@ class ScriptedExpert:
 
     def _plan_goals(self, scene: ArmScene, q_rad: np.ndarray) -> _Goals:
         c = self.config
+        assert self.target is not None  # act checks it
         obj = self._objects[self.target]
         centre = scene.object_position(obj.name)
         w, x, y, z = scene.data.xquat[obj.body_id]
@@ -241,13 +242,15 @@ class ScriptedExpert:
         if nothing keeps ``tool_clearance_m``, the pose with the most room.
         """
         c = self.config
+        assert self.target is not None  # act checks it
+        candidates: np.ndarray
         if self._cube_like[self.target]:  # fingers on opposite faces: every 90 degrees
             base = reference_rad + wrap_angle(object_yaw_rad - reference_rad, 0.5 * math.pi)
-            yaws = base + 0.5 * math.pi * np.array([0.0, 1.0, -1.0])
+            candidates = base + 0.5 * math.pi * np.array([0.0, 1.0, -1.0])
         else:
             n = c.cylinder_yaw_candidates
-            yaws = reference_rad + math.pi / n * np.arange(-(n // 2), n - n // 2)
-        yaws = sorted(yaws, key=lambda y: abs(y - reference_rad))
+            candidates = reference_rad + math.pi / n * np.arange(-(n // 2), n - n // 2)
+        yaws = sorted(candidates, key=lambda y: abs(y - reference_rad))
         obstacles = []
         for o in self._objects.values():
             if o.name != self.target:
@@ -270,6 +273,7 @@ class ScriptedExpert:
     def _phase_goal(self, phase: Phase) -> tuple[np.ndarray, float, float]:
         """(joint goal, speed cap, gripper command) of ``phase``."""
         c, g = self.config, self._goals
+        assert g is not None  # planned by act
         return {
             Phase.PRE_GRASP: (g.pre, c.transit_speed_rad_s, c.gripper_open_m),
             Phase.DESCEND: (g.grasp, c.approach_speed_rad_s, c.gripper_open_m),
@@ -281,6 +285,7 @@ class ScriptedExpert:
     def _next_phase(self, phase: Phase, elapsed_s: float, q_rad: np.ndarray) -> Phase | None:
         """The phase that follows ``phase`` if its end condition holds, else None."""
         c, g = self.config, self._goals
+        assert g is not None  # planned by act
 
         def reached(goal, tol):
             return float(np.abs(q_rad - goal).max()) <= tol
@@ -308,6 +313,7 @@ class ScriptedExpert:
         c = self.config
         chunk = np.empty((c.horizon, 7))
         phase, start_s, q = self.phase, self._phase_start_s, q_rad.copy()
+        assert start_s is not None  # set by act
         for k in range(c.horizon):
             t = now_s + k * c.dt_s
             phase, start_s = self._settle_phase(phase, start_s, t, q)

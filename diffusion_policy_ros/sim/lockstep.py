@@ -118,7 +118,9 @@ class LockstepHandshake:
     def on_command(self, effort: np.ndarray, now_s: float) -> CommandVerdict:
         """A valid arm command arrived."""
         if self._twins_left:
-            if self._awaiting_since is not None and np.array_equal(effort, self._twin_effort):
+            twin = self._twin_effort
+            if (self._awaiting_since is not None and twin is not None
+                    and np.array_equal(effort, twin)):
                 self._twins_left -= 1
                 self.duplicates += 1
                 return CommandVerdict.DUPLICATE

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -51,7 +52,8 @@ class ArmPushes:
     cut when that ends, so the grasp itself and the lift are never pushed.
     """
 
-    def __init__(self, config: PushConfig, kp_nm_per_rad, seed: int, start_s: float = 0.0):
+    def __init__(self, config: PushConfig, kp_nm_per_rad, seed: int | Sequence[int],
+                 start_s: float = 0.0):
         self.config = config
         kp = np.asarray(kp_nm_per_rad, dtype=np.float64).reshape(-1)
         if kp.shape != (6,):

@@ -22,6 +22,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import mujoco
 
@@ -40,7 +41,7 @@ class RenderThread:
     """Draws ``KinectCamera`` frames captured by another thread; see the module docstring."""
 
     def __init__(self, model: mujoco.MjModel, width: int, height: int,
-                 on_frame: Callable[[object, RgbdFrame], None], pending: int = 2,
+                 on_frame: Callable[[Any, RgbdFrame], None], pending: int = 2,
                  name: str = "sim_render"):
         if pending < 1:
             raise ValueError(f"pending must be at least 1, got {pending}")
@@ -74,6 +75,7 @@ class RenderThread:
         except queue.Empty:
             self.blocked += 1
             scene = self._take_free_scene()
+        assert self.camera is not None  # made before __init__ returns
         self.camera.capture(data, scene)
         self._requests.put((scene, token))
 
@@ -106,9 +108,9 @@ class RenderThread:
     def _run(self, model: mujoco.MjModel, width: int, height: int, pending: int) -> None:
         try:
             # Created here: the GL context is made current on this thread and stays here.
-            self.camera = KinectCamera(model, width, height)
+            camera = self.camera = KinectCamera(model, width, height)
             for _ in range(pending):
-                self._free.put(self.camera.new_scene())
+                self._free.put(camera.new_scene())
         except BaseException as exc:  # reported by __init__
             self._failure = exc
             self._ready.set()
@@ -120,18 +122,18 @@ class RenderThread:
                 try:
                     if request is None:
                         return
-                    self._draw(*request)
+                    self._draw(camera, *request)
                 finally:
                     self._requests.task_done()
         finally:
-            self.camera.close()
+            camera.close()
 
-    def _draw(self, scene: mujoco.MjvScene, token: object) -> None:
+    def _draw(self, camera: KinectCamera, scene: mujoco.MjvScene, token: object) -> None:
         start = time.perf_counter()
         try:
             if self._failure is not None:
                 return  # stopped: the loop learns it at its next submit / drain
-            rgbd = self.camera.draw(scene)
+            rgbd = camera.draw(scene)
         except Exception as exc:
             self._failure = exc
             return

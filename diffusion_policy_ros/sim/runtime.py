@@ -128,6 +128,7 @@ class SimulationRuntime:
     def follow_instruction(self, text: str) -> TaskState:
         """Score the episode against the object ``text`` names (``TaskEvaluator.follow``)."""
         task = task_for_instruction(text, self.scene.object_names)
+        assert self.task is not None, "call reset() first"
         return self.task.follow(task, self.time_s, self._object_heights_m())
 
     @property
@@ -136,6 +137,7 @@ class SimulationRuntime:
 
     @property
     def task_state(self) -> TaskState:
+        assert self.task is not None, "call reset() first"
         return self.task.state
 
     def _object_heights_m(self) -> np.ndarray:
@@ -146,16 +148,19 @@ class SimulationRuntime:
     def step(self, effort_nm, gripper_opening_m: float) -> TaskState:
         """One physics step with the given arm efforts (N m) and gripper opening (m)."""
         self.scene.step(effort_nm, gripper_opening_m)
+        assert self.task is not None, "call reset() first"
         return self.task.update(self.time_s, self._object_heights_m())
 
     def submit_chunk(self, chunk: ActionChunk) -> ChunkDecision:
         """Hand an action chunk to the tracker at the current sim time."""
+        assert self.tracker is not None, "call reset() first"
         return self.tracker.submit_chunk(chunk, self.time_s)
 
     def _tick(self) -> TrackerCommand:
         joints = self.scene.joint_positions()
         rates = self.scene.joint_velocities()
         now = self.time_s
+        assert self.tracker is not None, "call reset() first"
         return self.tracker.tick(now, joints[:6].tolist(), rates[:6].tolist(), now,
                                  float(joints[6]))
 
@@ -178,7 +183,7 @@ class SimulationRuntime:
             self.tracked_step()
             if after_step is not None:
                 after_step(self)
-        return self.task.state
+        return self.task_state
 
     # -- camera -------------------------------------------------------------------------------
 

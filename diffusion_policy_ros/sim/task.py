@@ -128,7 +128,7 @@ def wrong_instruction(target: str, object_names: Sequence[str], seed: int) -> st
 
 def sample_task(object_names: Sequence[str], rng: np.random.Generator) -> GraspTask:
     """A uniformly chosen target among ``object_names`` and a random instruction for it."""
-    target = object_names[rng.integers(len(object_names))]
+    target = object_names[int(rng.integers(len(object_names)))]
     return GraspTask(target, instruction_for(target, rng))
 
 
@@ -234,7 +234,7 @@ class TaskEvaluator:
         lifted = np.asarray(heights_m, dtype=np.float64) - self._rest_m >= c.lift_height_m
         wrong = next((self.object_names[i] for i in np.flatnonzero(lifted) if i != self._target),
                      None)
-        since = s.lifted_since_s if s.lifted_since_s is not None else elapsed
+        since: float | None = s.lifted_since_s if s.lifted_since_s is not None else elapsed
         since = since if lifted[self._target] else None
         success = wrong is None and since is not None and elapsed - since >= c.hold_s
         timed_out = not success and wrong is None and elapsed >= c.time_limit_s

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import cv2
 import numpy as np
+import numpy.typing as npt
 from PIL import Image, ImageDraw
 
 from diffusion_policy_ros.perception.geometry import CameraModel, RigidTransform
@@ -211,7 +212,7 @@ class EpisodeRecording:
             self.frames.append(MediaFrame(t_s - self.start_s, image_rgb, self.path_base_m,
                                           self.closing, caption))
 
-    def set_path(self, path_base_m: np.ndarray, closing: bool) -> None:
+    def set_path(self, path_base_m: npt.ArrayLike, closing: bool) -> None:
         self.path_base_m = np.asarray(path_base_m, dtype=np.float64).reshape(-1, 3)
         self.closing = bool(closing)
 

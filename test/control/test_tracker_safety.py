@@ -10,7 +10,7 @@ simulated arm.
 import math
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from diffusion_policy_ros.control import PdTracker, PdTrackerConfig, RejectReason
@@ -69,6 +69,7 @@ def test_effort_bounds_brake_an_arm_over_its_speed_and_before_its_position_limit
 
 @settings(max_examples=200, deadline=None)
 @given(q=st.floats(-4.0, 4.0), qd=st.floats(-10.0, 10.0), e=st.floats(-150.0, 150.0))
+@example(q=-4.0, qd=3.0, e=0.0)  # beyond a limit: both bounds point back inside
 def test_bounded_effort_never_pushes_past_a_bound_nor_past_the_effort_limit(q, qd, e):
     limits = MeasuredStateLimits([-3.0], [3.0], [2.5], [10.0], [40.0])
     effort = [e]

@@ -33,7 +33,7 @@ SIM_PARAMS = ["--params-file", str(CONFIG_DIR / "sim.yaml")]
 LATCHED = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
 #: How long to wait for the sim's report of something it did: it acts within half a
 #: second, but next to CPU burners its diagnostics can reach this process 1-3 s late
-#: (docs/safety.md, "A refused publish").
+#: (docs/explanation/safety.md, "A refused publish").
 REPORT_WAIT_S = 15.0
 
 
@@ -143,7 +143,7 @@ def rate_over(ros, stamps_ns, window_s=2.0):
     """Messages per second of their own header stamps (ROS time: the node's wall rate)
     among those taken during a ``window_s`` spin. Not per second of arrival: next to CPU
     burners this process drains its queues seconds late and in bursts, so arrival times
-    would measure this process rather than the node (docs/safety.md)."""
+    would measure this process rather than the node (docs/explanation/safety.md)."""
     start = len(stamps_ns)
     ros.spin_for(window_s)
     new = stamps_ns[start:]

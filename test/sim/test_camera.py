@@ -236,7 +236,7 @@ def test_depth_noise_takes_the_same_share_of_objects_at_any_resolution(scene):
 def test_depth_noise_does_not_lift_the_table_into_the_shipped_workspace(scene, camera):
     """The workspace floor must clear the time-of-flight noise on the table top: table
     points in the cloud outvote an object whose top face the gripper hides from the
-    grounding's colour softmax (docs/rl.md, "Depth noise and the table")."""
+    grounding's colour softmax (docs/explanation/rl.md, "Depth noise and the table")."""
     sync = RgbdSyncConfig()
     floor = sync.workspace()
     lowered = Workspace(floor.min_xyz - np.float32([0.0, 0.0, 0.007]), floor.max_xyz)

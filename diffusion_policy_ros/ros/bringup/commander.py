@@ -28,6 +28,7 @@ from pathlib import Path
 
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from rclpy.client import Client
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
@@ -43,7 +44,7 @@ from diffusion_policy_ros.ros.bringup.statistics import OUTCOMES, finite_or_none
 from diffusion_policy_ros.ros.conversions import stamp_to_ns
 from diffusion_policy_ros.ros.dds_profiles import namespace_ros_args, use_package_dds_profiles
 from diffusion_policy_ros.ros.lean_events import LeanNode
-from diffusion_policy_ros.ros.sim_clock import drop_time_source_subscription
+from diffusion_policy_ros.ros.sim_clock import drop_time_source_subscription, ros_clock
 
 #: The package's nodes in a grasp graph (each reports on /diagnostics).
 GRAPH_NODES = ("sim_node", "rgbd_sync_node", "policy_node", "pd_tracker_node")
@@ -153,8 +154,8 @@ class GraspCommander:
                                       QoSProfile(depth=50))
         self.node.create_subscription(String, "sim/episode", self._on_episode, _LATCHED)
         self.instruction_pub = self.node.create_publisher(String, "instruction", _LATCHED)
-        self.reset_client = self.node.create_client(Trigger, "sim_node/reset")
-        self.pause_client = self.node.create_client(SetBool, "sim_node/pause")
+        self.reset_client: Client = self.node.create_client(Trigger, "sim_node/reset")
+        self.pause_client: Client = self.node.create_client(SetBool, "sim_node/pause")
         self.recorder = None
         if record_media:
             from diffusion_policy_ros.ros.episode_recorder import EpisodeMediaRecorder
@@ -177,19 +178,22 @@ class GraspCommander:
     # -- callbacks --------------------------------------------------------------------------
 
     def _on_clock(self, msg: Clock, info) -> None:
-        self.node.get_clock().set_ros_time_override(Time.from_msg(msg.clock))
+        ros_clock(self.node).set_ros_time_override(Time.from_msg(msg.clock))
         if info["source_timestamp"] > 0:  # 0: a middleware that does not stamp samples
+            assert self._sim_to_wall is not None  # subscribed on sim time
             self._sim_to_wall.add(stamp_to_ns(msg.clock), info["source_timestamp"])
             if self._unresolved:
                 self._resolve_latencies()
 
     def _on_camera_info(self, msg: CameraInfo, info) -> None:
         if info["source_timestamp"] > 0:
+            assert self.latency_stages is not None  # subscribed for latency_stages
             self.latency_stages.frame_published(stamp_to_ns(msg.header.stamp),
                                                 info["source_timestamp"])
 
     def _on_points(self, msg: PointCloud2, info) -> None:
         if info["source_timestamp"] > 0:
+            assert self.latency_stages is not None  # subscribed for latency_stages
             self.latency_stages.points_published(stamp_to_ns(msg.header.stamp),
                                                  info["source_timestamp"])
 
@@ -215,14 +219,16 @@ class GraspCommander:
     def _resolve_latencies(self) -> None:
         """Latencies of the unresolved chunks whose stamp the /clock window now covers;
         a stamp older than the window stays NaN (not measurable)."""
-        newest_ns = self._sim_to_wall.newest_sim_ns()
+        sim_to_wall = self._sim_to_wall
+        assert sim_to_wall is not None  # only on sim time
+        newest_ns = sim_to_wall.newest_sim_ns()
         waiting = []
         for item in self._unresolved:
             index, stamp_ns, published_ns, received_ns = item
             if newest_ns is None or stamp_ns > newest_ns:
                 waiting.append(item)
                 continue
-            stamp_wall_ns = self._sim_to_wall.wall_ns_at(stamp_ns)
+            stamp_wall_ns = sim_to_wall.wall_ns_at(stamp_ns)
             if stamp_wall_ns is not None:
                 self._resolved(index, stamp_ns, stamp_wall_ns, published_ns, received_ns)
         self._unresolved = waiting
@@ -405,15 +411,18 @@ class GraspCommander:
         from rcl_interfaces.srv import GetParameters
         from rclpy.parameter import parameter_value_to_python
 
-        client = self.node.create_client(GetParameters, "sim_node/get_parameters")
+        client: Client = self.node.create_client(GetParameters, "sim_node/get_parameters")
         try:
             if not self.spin_until(client.service_is_ready, timeout_s):
                 return {}
             future = client.call_async(GetParameters.Request(names=names))
-            if not self.spin_until(future.done, timeout_s) or future.result() is None:
+            if not self.spin_until(future.done, timeout_s):
+                return {}
+            result = future.result()
+            if result is None:
                 return {}
             return {n: parameter_value_to_python(v)
-                    for n, v in zip(names, future.result().values, strict=True)}
+                    for n, v in zip(names, result.values, strict=True)}
         finally:
             self.node.destroy_client(client)
 

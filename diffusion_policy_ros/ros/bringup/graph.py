@@ -126,7 +126,8 @@ def node_specs(opts: Options, checkpoint: str, rviz_dir: Path | None = None) -> 
     policy_rate = [value for key, _, value in (p.partition(":=") for p in opts.policy_params)
                    if key == "rate_hz"]
     sync_rate = _pairs([f"output_rate_hz:={policy_rate[-1]}"]) if policy_rate else []
-    policy_default, policy_set = [], ["autostart:=true"]
+    policy_default: list[str] = []
+    policy_set = ["autostart:=true"]
     for chosen, pair in ((opts.device != "auto", f"device:={opts.device}"),
                          (opts.checkpoint is not None, f"checkpoint:={checkpoint}"),
                          (opts.num_inference_steps != 0,

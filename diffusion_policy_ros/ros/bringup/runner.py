@@ -41,6 +41,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from diffusion_policy_ros.monitoring import cpu_per_sim_second, process_cpu_s
 from diffusion_policy_ros.ros.bringup.graph import node_specs
@@ -103,6 +104,7 @@ def _run_episodes(commander, opts: Options, records: list[dict], processes,
     wall_limit_s = commander.episode_wall_limit_s()
     cpu_before, clock_before_s = _cpu_snapshot(processes, commander)
     pids_before = processes.pids()
+    assert opts.episodes is not None  # run only with --episodes
     for index in range(opts.episodes):
         record = {"index": index, **commander.run_episode(
             opts.instruction, opts.switch_after_s, wall_limit_s,
@@ -212,15 +214,16 @@ def run(opts: Options) -> int:
     finally:
         exited_early = processes.exited()
         return_codes = processes.stop()  # a second Ctrl-C meanwhile is recorded, not raised
-        snapshot = (dict(diagnostics=commander.diagnostics, chunks=list(commander.chunks),
-                         episode_chunks=list(commander.episode_chunk_latencies_ms),
-                         episode_stages=list(commander.episode_latency_stages_ms),
-                         stages=commander.stages_ms(range(len(commander.chunks))),
-                         tracker_p99=list(commander.tracker_p99), ended=list(commander.ended),
-                         errors=dict(commander.errors),
-                         startup_warnings=dict(commander.startup_warnings),
-                         resets_started_by_report=commander.resets_started_by_report)
-                    if commander is not None else None)
+        snapshot: dict[str, Any] | None = (
+            dict(diagnostics=commander.diagnostics, chunks=list(commander.chunks),
+                 episode_chunks=list(commander.episode_chunk_latencies_ms),
+                 episode_stages=list(commander.episode_latency_stages_ms),
+                 stages=commander.stages_ms(range(len(commander.chunks))),
+                 tracker_p99=list(commander.tracker_p99), ended=list(commander.ended),
+                 errors=dict(commander.errors),
+                 startup_warnings=dict(commander.startup_warnings),
+                 resets_started_by_report=commander.resets_started_by_report)
+            if commander is not None else None)
         if commander is not None:
             commander.close()
         rclpy.try_shutdown()

@@ -12,6 +12,7 @@ is on sim time, else ``policy_node``'s last diagnostics window.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -47,7 +48,7 @@ def count_or_none(values: dict, key: str) -> int | None:
 
 
 def summarize(outcomes: list[dict], latencies_ms: list[float], diagnostics: dict[str, dict],
-              tracker_p99_worst: float | None, stages_ms: list[dict] = ()) -> dict:
+              tracker_p99_worst: float | None, stages_ms: Sequence[dict] = ()) -> dict:
     """Rates and figures of a run from per-episode outcomes, the chunks' latencies (and
     their ``LatencyStages`` where measured) and the last diagnostics."""
     n = len(outcomes)

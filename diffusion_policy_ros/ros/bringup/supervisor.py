@@ -5,7 +5,7 @@ Separate processes, not one process with a ``MultiThreadedExecutor`` (the
 contract's wording), because rclpy's multi-threaded executor is a Python dispatch
 loop that competes for the GIL, and nodes composed into one interpreter share one
 GIL whatever the executor: the 500 Hz tracker, the 30 Hz renderer and the policy
-would stall each other (measurements in docs/benchmarks.md, "Measurements behind
+would stall each other (measurements in docs/explanation/benchmarks.md, "Measurements behind
 the code's design"). The cost is one interpreter's memory per node and DDS
 discovery at start-up.
 """
@@ -18,7 +18,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TextIO
 
 from diffusion_policy_ros.ros.bringup.graph import NodeSpec
 from diffusion_policy_ros.ros.processes import (
@@ -31,7 +33,7 @@ from diffusion_policy_ros.ros.processes import (
 )
 
 
-def _death_signal():
+def _death_signal() -> Callable[[], object] | None:
     """preexec_fn: the child gets SIGTERM when this process dies (Linux PR_SET_PDEATHSIG)."""
     try:
         prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here, not after fork
@@ -63,9 +65,9 @@ class NodeProcesses:
         self._started_s: dict[str, float] = {}
         self._due_s: dict[str, float] = {}  # restarts waiting for their time
         self._final = ""
-        self._logs: dict[str, object] = {}
-        self._env = None
-        self._preexec = None
+        self._logs: dict[str, TextIO] = {}
+        self._env: dict[str, str] | None = None
+        self._preexec: Callable[[], object] | None = None
 
     def start(self) -> None:
         """Start every node; call before ``rclpy.init`` so no thread exists when they fork."""

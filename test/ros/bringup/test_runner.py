@@ -134,7 +134,8 @@ def test_a_changed_instruction_is_pursued_through_the_nodes(tmp_path, assert_chi
     """A changed instruction through the nodes (`--switch-after`): another object named
     first, the episode's own 1 s of sim time later; the first-named object is never
     lifted and the new target is (seeds 5016-5017: 2 of 2 in each of two 5-episode runs
-    of seeds 5014-5018, docs/nodes.md; at least one asked for, as the noise is unseeded)."""
+    of seeds 5014-5018, docs/reference/nodes.md; at least one asked for, as the noise is
+    unseeded)."""
     from diffusion_policy_ros.sim.task import parse_instruction
 
     out = tmp_path / "out"
