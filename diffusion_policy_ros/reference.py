@@ -21,7 +21,8 @@ from diffusion_policy_ros.perception.pipeline import RgbdSyncConfig
 from diffusion_policy_ros.policy.node_config import PolicyNodeConfig
 from diffusion_policy_ros.sim.sim_config import SimConfig
 
-REFERENCE_DIR = Path(__file__).resolve().parent.parent / "docs" / "reference"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+REFERENCE_DIR = REPO_ROOT / "docs" / "reference"
 
 #: Each node executable, the config dataclass it declares, and its parameter file.
 NODES = (
@@ -33,6 +34,10 @@ NODES = (
 
 
 def _value(value) -> str:
+    if isinstance(value, Path):
+        value = str(value)
+    if isinstance(value, str) and value.startswith(f"{REPO_ROOT}/"):
+        value = value[len(str(REPO_ROOT)) + 1:]  # the same page in any checkout
     if isinstance(value, float):
         if math.isclose(value, math.pi):
             return "pi"
