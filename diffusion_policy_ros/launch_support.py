@@ -85,6 +85,15 @@ def describe_argument(cls: type, name: str, params_file: str | Path, node_name: 
     return f"{field.description}. Empty: {Path(params_file).name} ({current})"
 
 
+def params_file_description(shipped: str, every_node: bool = False) -> str:
+    """The ``params_file`` launch argument's description; ``shipped`` names the parameter
+    files it overrides (``config/sim.yaml``, ``config/<node>.yaml``)."""
+    given_to = ", given to every node" if every_node else ""
+    return ("Your parameter file (ROS 2 --params-file layout, '/**/<node>:' keys as in "
+            f"config/*.yaml){given_to}: it overrides {shipped} and the arguments left at "
+            "their defaults; the arguments you give override it")
+
+
 def params_file_problem(path: str | Path) -> str:
     """Why ``path`` cannot be a ROS 2 parameter file (``--params-file`` layout: node name
     -> ``ros__parameters``), '' when it can. Checked before any node starts: a node

@@ -49,6 +49,7 @@ from diffusion_policy_ros.launch_support import (
     describe_argument,
     layered_parameters,
     note_given_arguments,
+    params_file_description,
     parse_bool,
     typed_parameters,
 )
@@ -180,9 +181,7 @@ def generate_launch_description():
                               "robot_state_publisher (skipped with a warning where they are "
                               "not installed)"),
         DeclareLaunchArgument("params_file", default_value="",
-                              description="Your parameter file (ROS 2 --params-file layout, "
-                              "'/**/<node>:' keys as in config/*.yaml), given to every node: "
-                              "it overrides config/<node>.yaml and the arguments left at their "
-                              "defaults; the arguments you give override it"),
+                              description=params_file_description("config/<node>.yaml",
+                                                                  every_node=True)),
         OpaqueFunction(function=_nodes, args=[config, share, given]),
     ])

@@ -39,6 +39,7 @@ from diffusion_policy_ros.launch_support import (
     check_params_file,
     layered_parameters,
     note_given_arguments,
+    params_file_description,
     typed_parameters,
 )
 from diffusion_policy_ros.learning.episode_bag import BagError, bag_topics, replay_plan
@@ -120,9 +121,6 @@ def generate_launch_description():
         DeclareLaunchArgument("device", default_value="auto",
                               description="Policy device: auto | cpu | cuda | npu"),
         DeclareLaunchArgument("params_file", default_value="",
-                              description="Your parameter file (ROS 2 --params-file layout, "
-                              "'/**/<node>:' keys as in config/*.yaml): it overrides "
-                              "config/*.yaml and the arguments left at their defaults; the "
-                              "arguments you give override it"),
+                              description=params_file_description("config/*.yaml")),
         OpaqueFunction(function=_actions, args=[os.path.join(share, "config"), given]),
     ])

@@ -19,6 +19,7 @@ from diffusion_policy_ros.launch_support import (
     check_params_file,
     layered_parameters,
     note_given_arguments,
+    params_file_description,
     parse_bool,
 )
 
@@ -47,9 +48,6 @@ def generate_launch_description():
         DeclareLaunchArgument("use_sim_time", default_value="false",
                               description="Use /clock (bag replay, simulation)"),
         DeclareLaunchArgument("params_file", default_value="",
-                              description="Your parameter file (ROS 2 --params-file layout, "
-                              "'/**/<node>:' keys as in config/*.yaml): it overrides "
-                              "config/rgbd_sync.yaml and the arguments left at their defaults; the "
-                              "arguments you give override it"),
+                              description=params_file_description("config/rgbd_sync.yaml")),
         OpaqueFunction(function=_node, args=[params_file, given]),
     ])

@@ -23,6 +23,7 @@ from diffusion_policy_ros.launch_support import (
     describe_argument,
     layered_parameters,
     note_given_arguments,
+    params_file_description,
     parse_bool,
     typed_parameters,
 )
@@ -65,9 +66,6 @@ def generate_launch_description():
         *[DeclareLaunchArgument(name, default_value="", description=describe_argument(
             SimConfig, name, params_file, "sim_node")) for name in SIM_ARGUMENTS],
         DeclareLaunchArgument("params_file", default_value="",
-                              description="Your parameter file (ROS 2 --params-file layout, "
-                              "'/**/<node>:' keys as in config/*.yaml): it overrides "
-                              "config/sim.yaml and the arguments left at their defaults; the "
-                              "arguments you give override it"),
+                              description=params_file_description("config/sim.yaml")),
         OpaqueFunction(function=_node, args=[params_file, given]),
     ])

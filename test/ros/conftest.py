@@ -20,7 +20,9 @@ os.environ.setdefault("ROS_DOMAIN_ID", str(10 + os.getpid() % 90))
 os.environ.setdefault("ROS_LOG_DIR", tempfile.mkdtemp(prefix="dpr-ros-log-"))
 
 import rclpy  # noqa: E402
+from rcl_interfaces.srv import GetParameters  # noqa: E402
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402
+from rclpy.parameter import parameter_value_to_python  # noqa: E402
 
 from diffusion_policy_ros.ros.processes import stop_process  # noqa: E402
 
@@ -120,6 +122,17 @@ class RosHarness:
             client.remove_pending_request(future)
         raise AssertionError(f"no {what} from {client.srv_name} to {attempts} requests "
                              f"({attempt_timeout_s} s each)")
+
+    def parameters(self, node: str, names: list[str]) -> dict:
+        """``node``'s parameters ``names`` as Python values (its get_parameters service)."""
+        client = self.node.create_client(GetParameters, f"{node}/get_parameters")
+        try:
+            response = self.call_idempotent(client, GetParameters.Request(names=names),
+                                            what=f"{node}'s parameters")
+        finally:
+            self.node.destroy_client(client)
+        return {n: parameter_value_to_python(v)
+                for n, v in zip(names, response.values, strict=True)}
 
     def spin_for(self, duration_s: float) -> None:
         """Process callbacks for a while (a paced publisher loop, not a blind sleep)."""

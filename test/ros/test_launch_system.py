@@ -11,8 +11,6 @@ import time
 
 import pytest
 from diagnostic_msgs.msg import DiagnosticArray
-from rcl_interfaces.srv import GetParameters
-from rclpy.parameter import parameter_value_to_python
 from rclpy.qos import DurabilityPolicy, QoSProfile
 from std_msgs.msg import String
 from trajectory_msgs.msg import JointTrajectory
@@ -51,15 +49,6 @@ def _launch(ros2_command, env, launch_file, *arguments, name="launch"):
 def _errors(log: str) -> list[str]:
     return [line for line in log.splitlines() if "ERROR" in line]
 
-
-def _parameters(ros, node: str, names: list[str]) -> dict:
-    client = ros.node.create_client(GetParameters, f"{node}/get_parameters")
-    try:
-        response = ros.call_idempotent(client, GetParameters.Request(names=names),
-                                       what=f"{node}'s parameters")
-    finally:
-        ros.node.destroy_client(client)
-    return {n: parameter_value_to_python(v) for n, v in zip(names, response.values, strict=True)}
 
 
 def _interrupted_cleanly(launch, nodes: int) -> float:
@@ -103,7 +92,7 @@ def test_sim_launch_takes_an_integer_real_time_factor_a_params_file_and_an_unkno
     launch = _launch(ros2_command, ros2_env, "sim.launch.py", "real_time_factor:=1",
                      "sim_instructions:=false", f"params_file:={mine}")
     assert _param(ros2_env, "/sim_node", "real_time_factor") == "Double value is: 1.0"
-    assert _parameters(ros, "/sim_node", ["time_limit_s"]) == {"time_limit_s": 7.5}
+    assert ros.parameters("/sim_node", ["time_limit_s"]) == {"time_limit_s": 7.5}
     launch.wait_for(lambda log: "real-time factor 1," in log, 30.0, "sim_node ready")
     ros.spin_until(lambda: episodes, 30.0, "sim/episode")
     assert episodes[-1]["status"] == "waiting_for_instruction", episodes
@@ -276,9 +265,9 @@ def test_grasp_launch_respawns_a_killed_sync_node_takes_a_params_file_and_stops_
                      "device:=cpu", "sim_instructions:=true")
     ros.spin_until(lambda: "tracking" in modes, 180.0,
                    lambda: f"chunks tracked: {modes}\n{launch.log()[-4000:]}")
-    assert _parameters(ros, "/policy_node", ["checkpoint", "device"]) == {
+    assert ros.parameters("/policy_node", ["checkpoint", "device"]) == {
         "checkpoint": str(tiny_checkpoint), "device": "cpu"}
-    assert _parameters(ros, "/sim_node", ["time_limit_s"]) == {"time_limit_s": 600.0}
+    assert ros.parameters("/sim_node", ["time_limit_s"]) == {"time_limit_s": 600.0}
 
     started = r"\[rgbd_sync_node-2\]: process started with pid \[(\d+)\]"
     pid = int(re.search(started, launch.log()).group(1))

@@ -55,7 +55,7 @@ def _supervise_until(processes: NodeProcesses, predicate, timeout_s: float = 20.
 
 
 def test_the_supervisor_restarts_a_killed_node_and_ends_the_run_for_the_others(tmp_path, capsys):
-    sleeper = "import time; time.sleep(60)"
+    sleeper = "import time; time.sleep(60)"  # ok-sleep: a stand-in node that runs until killed
     processes = NodeProcesses(
         [_Script("rgbd_sync_node", sleeper), _Script("policy_node", "raise SystemExit(3)"),
          _Script("pd_tracker_node", sleeper)], tmp_path / "logs",

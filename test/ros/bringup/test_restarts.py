@@ -10,22 +10,10 @@ import time
 
 import pytest
 from diagnostic_msgs.msg import DiagnosticArray
-from rcl_interfaces.srv import GetParameters
-from rclpy.parameter import parameter_value_to_python
 from rclpy.qos import QoSProfile
 from trajectory_msgs.msg import JointTrajectory
 
 from diffusion_policy_ros.ros.conversions import stamp_to_ns
-
-
-def _parameters(ros, node: str, names: list[str]) -> dict:
-    client = ros.node.create_client(GetParameters, f"{node}/get_parameters")
-    try:
-        response = ros.call_idempotent(client, GetParameters.Request(names=names),
-                                       what=f"{node}'s parameters")
-    finally:
-        ros.node.destroy_client(client)
-    return {n: parameter_value_to_python(v) for n, v in zip(names, response.values, strict=True)}
 
 
 @pytest.mark.slow
@@ -51,8 +39,8 @@ def test_a_killed_sync_node_is_restarted_while_the_arm_holds_and_ctrl_c_ends_cle
                        "bringup")
     run.wait_for(lambda log: "ready after" in log, 180.0, "chunks flowing")
     # The file overrides sim.yaml; the --device cpu given overrides the file.
-    assert _parameters(ros, "/sim_node", ["time_limit_s"]) == {"time_limit_s": 600.0}
-    assert _parameters(ros, "/policy_node", ["device"]) == {"device": "cpu"}
+    assert ros.parameters("/sim_node", ["time_limit_s"]) == {"time_limit_s": 600.0}
+    assert ros.parameters("/policy_node", ["device"]) == {"device": "cpu"}
 
     pid = int(re.search(r"started rgbd_sync_node \(pid (\d+)\)", run.log()).group(1))
     seen = len(modes)
