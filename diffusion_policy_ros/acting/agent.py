@@ -14,6 +14,10 @@
   runs the policy, applies the chunk rules and hands back a ``Chunk``, or a ``Refusal``
   that says why not (no instruction, stale or missing observations, non-finite input
   or output).
+- an image or cloud of another size than the loaded checkpoint's ``image_size`` /
+  ``num_points`` is dropped (counted) and, until a fitting frame comes, every ``act``
+  refuses with ``OBSERVATION_MISMATCH``: one sentence with both values and the
+  ``rgbd_sync_node`` parameter to change, rather than a shape error per chunk.
 
 Initial noise (``noise``): ``stream`` draws new noise for every chunk from a generator
 seeded with ``seed`` at every task, so a task is reproducible and a hover cannot become
@@ -29,6 +33,7 @@ Threading: ``add_*`` may run on another thread than the rest (the history locks)
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -47,6 +52,8 @@ from diffusion_policy_ros.monitoring import RollingStats
 NO_INSTRUCTION = "no_instruction"
 BAD_OBSERVATION = "bad_observation"
 NON_FINITE_ACTION = "non_finite_action"
+#: Observations of another image size or point count than the checkpoint's.
+OBSERVATION_MISMATCH = "observation_mismatch"
 #: Not a refusal to act: the chunk belonged to a task that ended while it was computed.
 DISCARDED = "discarded_after_restart"
 NOISE_MODES = ("stream", "fixed", "fresh")
@@ -108,6 +115,9 @@ class PolicyAgent:
         self.discarded_after_restart = 0
         self.history_short_total = 0
         self.history_offset_ms = RollingStats()
+        self.mismatch = ""
+        """Why the newest image or cloud did not fit the checkpoint; '' once one fits."""
+        self.mismatched = collections.Counter[str]()
 
     @property
     def task(self) -> int:
@@ -124,6 +134,7 @@ class PolicyAgent:
                                   + self.max_obs_age_s + 0.5)
         self.rules = rules if rules is not None else ChunkRules()
         self._stream = None
+        self.mismatch = ""
         self.policy = policy
 
     def unload(self) -> None:
@@ -142,13 +153,48 @@ class PolicyAgent:
         self.rules.restart()
 
     def add_image(self, stamp_ns: int, image: np.ndarray) -> bool:
-        """Keep a frame's (H, W, 3) uint8 RGB image; True when it completes the frame."""
-        return self.history.add_image(stamp_ns, image)
+        """Keep a frame's (H, W, 3) uint8 RGB image; True when it completes the frame.
+        An image of another size than the checkpoint's is dropped (``mismatch``)."""
+        if not self.fits_image(image):
+            self._mismatched("image_size", self._image_mismatch(image))
+            return False
+        return self._paired(self.history.add_image(stamp_ns, image))
 
     def add_points(self, stamp_ns: int, points: np.ndarray, colors: np.ndarray) -> bool:
         """Keep a frame's (N, 3) points (base frame, m) and colours; True when they
-        complete the frame."""
-        return self.history.add_points(stamp_ns, points, colors)
+        complete the frame. Another count than the checkpoint's is dropped (``mismatch``)."""
+        expected = self._expected("num_points")
+        if expected is not None and len(points) != expected:
+            self._mismatched("num_points", (
+                f"observation/points has {len(points)} points where the checkpoint expects "
+                f"{expected}: set rgbd_sync_node's num_points to {expected} "
+                f"(config/rgbd_sync.yaml), or load a checkpoint trained with {len(points)}"))
+            return False
+        return self._paired(self.history.add_points(stamp_ns, points, colors))
+
+    def fits_image(self, image: np.ndarray) -> bool:
+        """The image has the loaded checkpoint's size (True without a checkpoint)."""
+        expected = self._expected("image_size")
+        return expected is None or tuple(image.shape[:2]) == tuple(expected)
+
+    def _image_mismatch(self, image: np.ndarray) -> str:
+        h, w = image.shape[:2]
+        eh, ew = self._expected("image_size")
+        return (f"observation/image is {h}x{w} px (height x width) where the checkpoint "
+                f"expects {eh}x{ew}: set rgbd_sync_node's image_size to [{eh}, {ew}] "
+                f"(config/rgbd_sync.yaml), or load a checkpoint trained at {h}x{w}")
+
+    def _expected(self, field: str):
+        return getattr(self.policy.config, field, None) if self.policy is not None else None
+
+    def _mismatched(self, what: str, detail: str) -> None:
+        self.mismatched[what] += 1
+        self.mismatch = detail
+
+    def _paired(self, completed: bool) -> bool:
+        if completed:
+            self.mismatch = ""
+        return completed
 
     def add_joint_state(self, stamp_ns: int, names: Sequence[str],
                         positions: Sequence[float]) -> str:
@@ -161,8 +207,8 @@ class PolicyAgent:
         # An ndarray: indexed and sized as the Sequence the history reads.
         positions = cast(Sequence[float], observation["joint_positions"])
         self.history.add_joint_state(stamp_ns, self.history.joint_names, positions)
-        self.history.add_image(stamp_ns, observation["image"])
-        self.history.add_points(stamp_ns, observation["points"], observation["point_colors"])
+        self.add_image(stamp_ns, observation["image"])
+        self.add_points(stamp_ns, observation["points"], observation["point_colors"])
 
     def awaiting_first_frame(self, now_ns: int) -> bool:
         """No frame has paired since a task began at most ``max_obs_age_s`` ago: normal at
@@ -223,7 +269,11 @@ class PolicyAgent:
         if not self.instruction:
             return Refusal(NO_INSTRUCTION, "no instruction yet")
         c = policy.config
-        return self.history.select(now_ns, c.n_obs_steps, c.action_dt_s, self.max_obs_age_s)
+        selection = self.history.select(now_ns, c.n_obs_steps, c.action_dt_s,
+                                        self.max_obs_age_s)
+        if isinstance(selection, Refusal) and self.mismatch:
+            return Refusal(OBSERVATION_MISMATCH, self.mismatch)
+        return selection
 
     def _chunk_noise(self, policy: ChunkPolicy):
         if self.noise == "fixed":
@@ -251,6 +301,7 @@ class PolicyAgent:
             "non_finite_frames_total": h.non_finite_frames,
             "joint_states_total": h.joint_states_total,
             **{f"dropped_{reason}": n for reason, n in sorted(h.drops.items())},
+            **{f"dropped_{what}_mismatch": n for what, n in sorted(self.mismatched.items())},
             "discarded_after_restart": self.discarded_after_restart,
             "history_short_total": self.history_short_total,
             "history_offset_ms_p99": self.history_offset_ms.percentile(99),

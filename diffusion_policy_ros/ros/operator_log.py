@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from diffusion_policy_ros.acting.agent import NO_INSTRUCTION
+from diffusion_policy_ros.acting.agent import NO_INSTRUCTION, OBSERVATION_MISMATCH
 from diffusion_policy_ros.acting.observation_history import Refusal
 from diffusion_policy_ros.acting.rules import RuleEvent
 from diffusion_policy_ros.monitoring import ThrottledReasons, excerpt
@@ -37,6 +37,7 @@ class OperatorLog:
         self.refusals = ThrottledReasons(period_s)
         self.rejected = ThrottledReasons(period_s)
         self._instructions = ThrottledReasons(period_s)
+        self._mismatches_said: set[str] = set()
 
     def values(self) -> dict[str, str]:
         """The counts, as ``/diagnostics`` values."""
@@ -51,7 +52,8 @@ class OperatorLog:
     def refused(self, refusal: Refusal, warn: bool = True) -> None:
         """Not acting: kept and counted; a WARN unless ``warn`` is False (a debug line, the
         reason's WARN window untouched). Waiting for a person is the normal state after
-        start-up: said once, with the hint."""
+        start-up: said once, with the hint. Observations that do not fit the checkpoint
+        are a configuration error: an ERROR once per distinct mismatch."""
         reason = refusal.reason
         if reason == NO_INSTRUCTION:
             self.refusal = Refusal(reason, self.no_instruction_hint)
@@ -60,6 +62,12 @@ class OperatorLog:
                 self.logger.info(f"not acting yet: {self.no_instruction_hint}")
             return
         self.refusal = refusal
+        if reason == OBSERVATION_MISMATCH:  # a configuration error: said once, as an error
+            self.refusals.count(reason)
+            if refusal.detail not in self._mismatches_said:
+                self._mismatches_said.add(refusal.detail)
+                self.logger.error(f"not acting, holding: {refusal.detail}")
+            return
         if not warn:
             self.refusals.count(reason)
             self.logger.debug(f"not acting yet ({reason}): {refusal.detail}")

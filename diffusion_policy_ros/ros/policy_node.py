@@ -29,7 +29,13 @@ from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory
 from visualization_msgs.msg import MarkerArray
 
-from diffusion_policy_ros.acting.agent import DISCARDED, Chunk, PolicyAgent
+from diffusion_policy_ros.acting.agent import (
+    DISCARDED,
+    NON_FINITE_ACTION,
+    OBSERVATION_MISMATCH,
+    Chunk,
+    PolicyAgent,
+)
 from diffusion_policy_ros.acting.observation_history import NO_OBSERVATION, Refusal
 from diffusion_policy_ros.monitoring import excerpt
 from diffusion_policy_ros.perception.frame_schedule import FrameRateSchedule
@@ -68,6 +74,8 @@ from diffusion_policy_ros.ros.sim_clock import ClockThread
 _SUCCESS, _FAILURE = TransitionCallbackReturn.SUCCESS, TransitionCallbackReturn.FAILURE
 #: joint_states kept between two takes: 0.4 s at 500 Hz.
 JOINT_STATE_QUEUE_DEPTH = 200
+#: Refusals that need a person: ERROR on /diagnostics (the others are WARN).
+ERROR_REFUSALS = ("inference_error", NON_FINITE_ACTION, OBSERVATION_MISMATCH)
 #: How often the idle inference worker takes the queued joint_states (s): about ten at a
 #: time at 500 Hz, so the take before a chunk is short.
 JOINT_STATES_TAKE_PERIOD_S = 0.02
@@ -258,7 +266,7 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
         stamp_ns = stamp_to_ns(msg.header.stamp)
         if self.agent.add_image(stamp_ns, rgb):
             self.worker.frame(stamp_ns, self._now_ns())
-        else:  # its cloud is on its way
+        elif self.agent.fits_image(rgb):  # its cloud is on its way
             self.worker.image(stamp_ns, rgb)
 
     def _on_points(self, msg: PointCloud2) -> None:
@@ -382,7 +390,7 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
         if self._stopped:
             return warn, "stopped by ~/stop"
         if refusal is not None:
-            level = error if refusal.reason in ("inference_error", "non_finite_action") else warn
+            level = error if refusal.reason in ERROR_REFUSALS else warn
             return level, f"not acting ({refusal.reason}): {refusal.detail}"
         if rate_hz < 0.8 * self.config.rate_hz:
             return warn, f"chunks at {rate_hz:.1f} Hz, below {self.config.rate_hz:g} Hz"

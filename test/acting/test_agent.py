@@ -12,6 +12,7 @@ from diffusion_policy_ros.acting.agent import (
     DISCARDED,
     NO_INSTRUCTION,
     NON_FINITE_ACTION,
+    OBSERVATION_MISMATCH,
     Chunk,
     PolicyAgent,
 )
@@ -209,3 +210,32 @@ def test_acting_needs_a_loaded_policy():
     agent.restart("pick up the red cube", 0)
     with pytest.raises(RuntimeError, match="no policy loaded"):
         agent.act(0)
+
+
+class SizedPolicy(StandInPolicy):
+    """A checkpoint that states its image size and point count."""
+
+    config = types.SimpleNamespace(n_obs_steps=TO, action_dt_s=DT_S, image_size=[4, 4],
+                                   num_points=8)
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"points": np.zeros((5, 3), np.float32), "point_colors": np.zeros((5, 3), np.uint8)},
+     ["5 points", "expects 8", "num_points to 8"]),
+    ({"image": np.zeros((3, 6, 3), np.uint8)}, ["3x6", "expects 4x4", "image_size to [4, 4]"]),
+])
+def test_observations_that_do_not_fit_the_checkpoint_are_one_clear_refusal(change, words):
+    agent = _agent(SizedPolicy())
+    agent.restart("pick up the red cube", 0)
+    for k in range(3):
+        agent.add_observation(_ns(0.1 * k), {**_observation(k), **change})
+        refusal = agent.act(_ns(0.1 * k))
+        assert isinstance(refusal, Refusal) and refusal.reason == OBSERVATION_MISMATCH
+        assert all(w in refusal.detail for w in words), refusal.detail
+    assert agent.policy.calls == []  # the policy never saw them
+    what = "num_points" if "points" in change else "image_size"
+    assert agent.statistics()[f"dropped_{what}_mismatch"] == 3
+    assert not agent.fits_image(np.zeros((3, 6, 3), np.uint8)) or "points" in change
+    # The graph reconfigured: fitting frames act again and the mismatch is gone.
+    agent.add_observation(_ns(0.3), _observation(3))
+    assert isinstance(agent.act(_ns(0.3)), Chunk) and agent.mismatch == ""

@@ -75,6 +75,7 @@ class PolicyHarness:
         self.streaming = True
         self.stamp_delay_s = 0.0
         self.nan_points = False
+        self.points_kept: int | None = None  # a cloud cut to this many points
         self.gripper_m: float | None = None  # the measured opening sent instead of the episode's
         self._frame = 0
         node.create_timer(1 / 30, self._publish_frame)
@@ -93,8 +94,9 @@ class PolicyHarness:
         points = ep.points[i].copy()
         if self.nan_points:
             points[5] = np.nan
+        kept = self.points_kept or len(points)
         self.image_pub.publish(rgb8_image_msg(ep.images[i], header))
-        self.points_pub.publish(xyzrgb_cloud_msg(points, ep.colors[i], header))
+        self.points_pub.publish(xyzrgb_cloud_msg(points[:kept], ep.colors[i][:kept], header))
         self.sent_stamps.add(stamp_ns)
 
     def _publish_joints(self):
@@ -279,6 +281,23 @@ def test_refusals_instruction_change_and_start_stop(ros, start_node, assets):
     h.nan_points = False
     n = len(h.chunks)
     ros.spin_until(lambda: len(h.chunks) > n + 2, 5.0, "chunks after finite points")
+
+    # A sync node configured for another point count than the checkpoint's: one error
+    # with both values and the parameter to change, on the log and /diagnostics; holds.
+    expected = len(episode.points[0])
+    h.points_kept = expected // 2
+    ros.spin_until(refusal_is("observation_mismatch"), 5.0,
+                   lambda: f"mismatch: {h.diagnostics()}")
+    h.assert_no_new_chunks(1.0, "points of another count")
+    level, message, _ = h.diagnostics()
+    said = (f"observation/points has {expected // 2} points where the checkpoint expects "
+            f"{expected}: set rgbd_sync_node's num_points to {expected}")
+    assert level == DiagnosticStatus.ERROR and said in message, message
+    assert h.count("dropped_num_points_mismatch") > 10
+    assert node.log().count(said) == 1, node.log()
+    h.points_kept = None
+    n = len(h.chunks)
+    ros.spin_until(lambda: len(h.chunks) > n + 2, 5.0, "chunks after the points fit again")
 
     # ~/stop and ~/start.
     response = h.call(stop, Trigger.Request())
