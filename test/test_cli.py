@@ -1,8 +1,13 @@
 """The dpr command parses every subcommand it documents."""
 
+import shlex
+from pathlib import Path
+
 import pytest
 
 from diffusion_policy_ros.cli import build_parser, main
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("argv", [["bench", "perception", "--frames", "3"], ["bench", "tracker"],
@@ -139,3 +144,21 @@ def test_finetune_stage_and_thread_options_reach_its_config(monkeypatch, tmp_pat
     assert main(["finetune", "--out", str(tmp_path / "run"), "--frozen-iterations", "6",
                  "--update-threads", "2"]) == 0
     assert (seen["config"].frozen_iterations, seen["config"].update_threads) == (6, 2)
+
+
+def _script_commands(script: Path) -> list[list[str]]:
+    """The ``$dpr ...`` command lines of a shell script, continuation lines joined."""
+    text = script.read_text().replace("\\\n", " ")
+    return [shlex.split(line.split("$dpr", 1)[1]) for line in text.splitlines()
+            if "$dpr " in line and not line.lstrip().startswith("#")]
+
+
+def test_the_reproduction_script_s_commands_parse_and_name_committed_configs():
+    """scripts/train_shipped.sh runs for hours: its commands must still be the CLI's."""
+    commands = _script_commands(ROOT / "scripts" / "train_shipped.sh")
+    assert {c[0] for c in commands} == {"collect", "train", "eval", "distill"}
+    for argv in commands:
+        build_parser().parse_args(argv)  # exits (SystemExit) on an unknown option
+        for word in argv:
+            if word.startswith("config/"):
+                assert (ROOT / word).is_file(), word
