@@ -18,6 +18,8 @@ import enum
 import math
 from collections.abc import Sequence
 
+from diffusion_policy_ros.joint_state_layout import joint_state_layout
+
 RESYNC_AFTER_S = 1.0
 """Samples older than the newest taken, in order among themselves and alone for this
 long (monotonic s): their publisher's clock went back, and the cache follows it."""
@@ -67,16 +69,9 @@ class JointStateCache:
         ``clock_s`` is the node's clock (None while it is unset, e.g. before the first
         ``/clock`` on sim time); ``arrival_s`` a monotonic time of arrival.
         """
-        index = {n: i for i, n in enumerate(names)}
-        missing = [n for n in self.joint_names if n not in index]
-        if missing:
-            return StateDrop.MALFORMED, f"joint_states lacks {missing}"
-        if len(positions) != len(names):
-            return (StateDrop.MALFORMED,
-                    f"joint_states has {len(names)} names but {len(positions)} positions")
-        if velocities and len(velocities) != len(names):
-            return (StateDrop.MALFORMED,
-                    f"joint_states has {len(names)} names but {len(velocities)} velocities")
+        order, problem = joint_state_layout(self.joint_names, names, positions, velocities)
+        if problem:
+            return StateDrop.MALFORMED, problem
         if clock_s is not None and stamp_s - clock_s > self.future_tolerance_s:
             return (StateDrop.FUTURE,
                     f"joint_states stamped {stamp_s - clock_s:.3f} s ahead of the clock "
@@ -91,12 +86,11 @@ class JointStateCache:
                         f"joint_states stamped {latest.stamp_s - stamp_s:.3f} s before the "
                         "newest one taken")
             self.time_resyncs += 1
-        q = [float(positions[index[n]]) for n in self.joint_names]
-        qd = ([float(velocities[index[n]]) for n in self.joint_names] if velocities
-              else [0.0] * len(self.joint_names))
+        q = [float(positions[i]) for i in order]
+        qd = [float(velocities[i]) for i in order] if velocities else [0.0] * len(order)
         gripper = latest.gripper_opening_m if latest is not None else None
-        if self.gripper_joint in index:
-            opening = float(positions[index[self.gripper_joint]])
+        if self.gripper_joint in names:
+            opening = float(positions[list(names).index(self.gripper_joint)])
             if math.isfinite(opening):
                 gripper = opening
         self.latest = JointSample(q, qd, gripper, stamp_s)

@@ -2,32 +2,23 @@
 nor rclpy, torch or the simulator, so a node, an evaluation and a rollout worker share it
 as it is."""
 
-import ast
 import subprocess
 import sys
 from pathlib import Path
 
 import diffusion_policy_ros.acting as acting
 
+from ..source_imports import source_imports
+
 FORBIDDEN = ("diffusion_policy_ros.ros", "diffusion_policy_ros.learning",
              "diffusion_policy_ros.sim", "diffusion_policy_ros.policy", "rclpy", "torch",
              "mujoco")
 
 
-def _imports(path: Path) -> set[str]:
-    out = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            out.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            out.add(node.module)
-    return out
-
-
 def test_acting_imports_none_of_its_callers_nor_ros_torch_or_the_simulator():
     offenders = [f"{path.name} imports {name}"
                  for path in sorted(Path(acting.__file__).parent.glob("*.py"))
-                 for name in _imports(path)
+                 for name in source_imports(path)
                  if any(name == f or name.startswith(f + ".") for f in FORBIDDEN)]
     assert offenders == []
 

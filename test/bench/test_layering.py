@@ -1,25 +1,15 @@
 """bench/ sits above the algorithm packages (like cli/): nothing below imports it, and
 every ``dpr bench`` subcommand runs a module of it, listed in its docstring."""
 
-import ast
 import re
 from pathlib import Path
 
 import diffusion_policy_ros.bench as bench
 
+from ..source_imports import source_imports
+
 PACKAGE = Path(bench.__file__).resolve().parent.parent
 ABOVE_BENCH = {"bench", "cli"}
-
-
-def _imports(path: Path) -> set[str]:
-    out = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            out.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            out.add(node.module)
-            out.update(f"{node.module}.{alias.name}" for alias in node.names)
-    return out
 
 
 def test_no_algorithm_module_imports_bench():
@@ -29,7 +19,7 @@ def test_no_algorithm_module_imports_bench():
         if rel.parts[0] in ABOVE_BENCH:
             continue
         if any(m == "diffusion_policy_ros.bench" or m.startswith("diffusion_policy_ros.bench.")
-               for m in _imports(path)):
+               for m in source_imports(path, with_names=True)):
             offenders.append(str(rel))
     assert not offenders, f"import diffusion_policy_ros.bench from below it: {offenders}"
 
