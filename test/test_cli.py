@@ -162,3 +162,11 @@ def test_the_reproduction_script_s_commands_parse_and_name_committed_configs():
         for word in argv:
             if word.startswith("config/"):
                 assert (ROOT / word).is_file(), word
+
+
+def test_dpr_eval_offers_every_instruction_mode_the_evaluator_has():
+    from diffusion_policy_ros.learning.evaluate import INSTRUCTION_MODES
+
+    action = next(a for a in build_parser()._subparsers._group_actions[0].choices["eval"]
+                  ._actions if a.dest == "instructions")
+    assert tuple(action.choices) == INSTRUCTION_MODES

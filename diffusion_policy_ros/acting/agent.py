@@ -9,7 +9,10 @@
   words again too, and every episode): inputs stamped before ``now_ns`` are dropped, so
   the first chunks are padded from the task's own first frame as in training and never
   see the previous episode; the chunk rules forget the previous task; the noise stream
-  starts again.
+  starts again. With ``read_instructions`` the words are read first
+  (``instructions.dialogue.WordsDialogue``): a correction ("no, the blue one") becomes
+  the sentence of the object in force, and words that name no object or correct
+  nothing hold the arm (``UNREAD_INSTRUCTION``, with why).
 - ``act(now_ns)`` selects To frames one ``action_dt_s`` apart ending at the newest,
   runs the policy, applies the chunk rules and hands back a ``Chunk``, or a ``Refusal``
   that says why not (no instruction, stale or missing observations, non-finite input
@@ -47,11 +50,14 @@ from diffusion_policy_ros.acting.observation_history import (
     Selection,
 )
 from diffusion_policy_ros.acting.rules import ChunkRules, RuleEvent
+from diffusion_policy_ros.instructions.dialogue import Reading, WordsDialogue
 from diffusion_policy_ros.monitoring import RollingStats
 
 NO_INSTRUCTION = "no_instruction"
 BAD_OBSERVATION = "bad_observation"
 NON_FINITE_ACTION = "non_finite_action"
+#: Words the agent does not act on: they name no object, or correct nothing.
+UNREAD_INSTRUCTION = "instruction_not_understood"
 #: Observations of another image size or point count than the checkpoint's.
 OBSERVATION_MISMATCH = "observation_mismatch"
 #: Not a refusal to act: the chunk belonged to a task that ended while it was computed.
@@ -101,7 +107,7 @@ class PolicyAgent:
     """Observation history, task, noise and chunk rules of one acting loop."""
 
     def __init__(self, joint_names: Sequence[str], *, max_obs_age_s: float = 0.5,
-                 noise: str = "stream", seed: int = 0):
+                 noise: str = "stream", seed: int = 0, read_instructions: bool = True):
         if noise not in NOISE_MODES:
             raise ValueError(f"noise must be one of {NOISE_MODES}, got {noise!r}")
         self.history = ObservationHistory(joint_names, keep_s=max_obs_age_s + 1.0)
@@ -111,6 +117,11 @@ class PolicyAgent:
         self.policy: ConfiguredPolicy | None = None
         self.rules = ChunkRules()
         self.instruction = ""
+        """The sentence the policy is conditioned on ('' while it holds)."""
+        self.words = ""
+        """The words of the task, as they were said."""
+        self.dialogue = WordsDialogue() if read_instructions else None
+        self.reading = Reading("")
         self._stream = None  # the task's noise generator, made at its first chunk
         self.discarded_after_restart = 0
         self.history_short_total = 0
@@ -142,11 +153,20 @@ class PolicyAgent:
 
     # -- inputs -------------------------------------------------------------------------------
 
-    def restart(self, instruction: str, now_ns: int, seed: int | None = None) -> None:
+    def restart(self, instruction: str, now_ns: int, seed: int | None = None,
+                new_dialogue: bool = False) -> None:
         """Start a task for ``instruction`` at ``now_ns``; ``seed``: its noise seed (None:
-        the agent's ``seed``)."""
+        the agent's ``seed``); ``new_dialogue``: nothing said before counts (an episode's
+        start), so a correction has nothing to correct."""
         self.history.restart(now_ns)
-        self.instruction = instruction
+        self.words = instruction
+        self.reading = Reading(instruction)
+        if self.dialogue is not None:
+            if new_dialogue:
+                self.dialogue.reset()
+            if instruction:
+                self.reading = self.dialogue.read(instruction)
+        self.instruction = self.reading.sentence
         if seed is not None:
             self.seed = seed
         self._stream = None
@@ -266,6 +286,8 @@ class PolicyAgent:
         return Chunk(actions, selection, self.task, tuple(self.rules.events), predict_ms)
 
     def _select(self, policy: ConfiguredPolicy, now_ns: int) -> Selection | Refusal:
+        if self.reading.reason:
+            return Refusal(UNREAD_INSTRUCTION, self.reading.reason)
         if not self.instruction:
             return Refusal(NO_INSTRUCTION, "no instruction yet")
         c = policy.config

@@ -41,6 +41,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from diffusion_policy_ros.joint_state_layout import joint_state_layout
+
 NO_OBSERVATION = "no_observation"
 STALE_OBSERVATION = "stale_observation"
 FUTURE_OBSERVATION = "future_observation"
@@ -163,13 +165,7 @@ class ObservationHistory:
     def add_joint_state(self, stamp_ns: int, names: Sequence[str],
                         positions: Sequence[float]) -> str:
         """Store one joint_states sample; returns '' or why it was ignored (counted)."""
-        index = {n: i for i, n in enumerate(names)}
-        missing = [n for n in self.joint_names if n not in index]
-        problem = ""
-        if missing:
-            problem = f"joint_states lacks {missing}"
-        elif len(positions) != len(names):
-            problem = f"joint_states has {len(names)} names but {len(positions)} positions"
+        order, problem = joint_state_layout(self.joint_names, names, positions)
         with self._lock:
             self.joint_states_total += 1
             if problem:
@@ -177,7 +173,7 @@ class ObservationHistory:
                 return problem
             if self._before_start(stamp_ns):
                 return ""
-            row = np.array([positions[index[n]] for n in self.joint_names], dtype=np.float64)
+            row = np.array([positions[i] for i in order], dtype=np.float64)
             if self._js_stamps and \
                     stamp_ns < self._js_stamps[-1] - int(self.clock_jump_s * 1e9):
                 self.drops["clock_jump_joint_states"] += 1

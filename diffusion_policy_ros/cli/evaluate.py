@@ -16,9 +16,13 @@ def add_parser(sub) -> None:
                             "in the repository)")
     evaluation.add_argument("--episodes", type=int, default=100)
     evaluation.add_argument("--seed", type=int, default=0, help="seed of the first episode")
-    evaluation.add_argument("--instructions", choices=["task", "wrong", "switch"],
-                            default="task", help="wrong: the instruction for another object; "
-                            "switch: that one first, the episode's own after 1 s")
+    evaluation.add_argument("--instructions", default="task",
+                            choices=["task", "wrong", "switch", "held_out", "description"],
+                            help="wrong: the instruction for another object; "
+                            "switch: that one first, the episode's own after 1 s; held_out: "
+                            "sentence patterns and words no training sentence uses; "
+                            "description: an object named by shape, size and place, not its "
+                            "colour")
     evaluation.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda", "npu"])
     evaluation.add_argument("--steps", type=int, help="DDIM steps (default: the checkpoint's)")
     evaluation.add_argument("--samples", type=int, help="chunks sampled per observation, "
@@ -65,9 +69,9 @@ def _eval_over_ros(args: argparse.Namespace) -> int:
     from diffusion_policy_ros.ros.bringup.runner import run as run_bringup
     from diffusion_policy_ros.sim.task import SWITCH_AFTER_S
 
-    if args.instructions == "wrong":
-        raise ValueError("--ros scores the sim's own instruction; --instructions wrong runs "
-                         "in process only")
+    if args.instructions not in ("task", "switch"):
+        raise ValueError(f"--ros scores the sim's own instruction; --instructions "
+                         f"{args.instructions} runs in process only")
     if args.noise == "fixed":
         raise ValueError("--ros runs policy_node, which draws new noise for every chunk; "
                          "--noise fixed runs in process only")

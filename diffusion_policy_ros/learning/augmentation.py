@@ -25,7 +25,9 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from diffusion_policy_ros.sim.task import COLOUR_WORDS, describe
+from diffusion_policy_ros.instructions.vocabulary import COLOURS, describe, seen_words
+
+_SEEN_COLOUR_WORDS = seen_words(COLOURS)
 
 _EPS = 0.02
 
@@ -55,7 +57,7 @@ class ColourSwap:
         self.groups = [list(g) for g in groups if len(g) > 1]
         self.min_saturation = min_saturation
         self.max_chroma_distance = max_chroma_distance
-        words = {w: c for c, ws in COLOUR_WORDS.items() for w in ws}
+        words = {w: c for c, ws in _SEEN_COLOUR_WORDS.items() for w in ws}
         self._word_colour = {w: c for w, c in words.items() if c in base_rgb}
         self._word_re = re.compile(r"\b(" + "|".join(sorted(self._word_colour)) + r")\b")
 
@@ -106,7 +108,7 @@ class ColourSwap:
         def swap(m: re.Match) -> str:
             colour = self._word_colour[m.group(1)]
             new = mapping.get(colour, colour)
-            return m.group(1) if new == colour else COLOUR_WORDS[new][0]
+            return m.group(1) if new == colour else _SEEN_COLOUR_WORDS[new][0]
         return self._word_re.sub(swap, text)
 
     def instruction_variants(self, text: str) -> set[str]:

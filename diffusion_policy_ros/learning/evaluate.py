@@ -11,9 +11,14 @@ real latency.
 ``instruction_mode``: ``task`` (the episode's instruction), ``wrong`` (the
 instruction for another object, the same for the whole episode: a policy
 that follows the words must then mostly lift that other object, i.e. score a
-high wrong-object rate and a low success rate), or ``switch`` (the wrong
+high wrong-object rate and a low success rate), ``switch`` (the wrong
 instruction first, the episode's own from ``SWITCH_AFTER_S`` of sim time on:
-success means the policy dropped the old target and pursued the new one).
+success means the policy dropped the old target and pursued the new one),
+``held_out`` (the episode's target asked for with sentence patterns and words no
+training sentence uses: "hand me the azure block"), or ``description`` (an object
+named by shape, size and place, not its colour: "grab the smallest cube", "pick up the
+cylinder on the left"; the episode's target when the layout lets words single it out,
+else the first object in a seeded order that they can).
 
 Initial noise (``noise``, ``PolicyAgent``'s): ``stream`` (default) draws new noise for
 every chunk from a generator seeded by the episode seed and restarted with every task,
@@ -46,6 +51,7 @@ from diffusion_policy_ros.acting.agent import PolicyAgent
 from diffusion_policy_ros.acting.grasp_rules import GraspRulesConfig, grasp_rules
 from diffusion_policy_ros.acting.observation_history import Refusal
 from diffusion_policy_ros.description import TOOL_LINK, URDF_PATH
+from diffusion_policy_ros.instructions.descriptions import describe_without_colour
 from diffusion_policy_ros.perception.image_decoding import decode_color
 from diffusion_policy_ros.policy.kinematics import urdf_kinematics
 from diffusion_policy_ros.policy.runner import PolicyRunner
@@ -57,11 +63,14 @@ from diffusion_policy_ros.sim.task import (
     SWITCH_AFTER_S,
     TEMPLATES,
     GraspTask,
+    instruction_for,
     wrong_instruction,
 )
 from diffusion_policy_ros.viz.episode_media import EpisodeRecording, PathProjector
 
-INSTRUCTION_MODES = ("task", "wrong", "switch")
+INSTRUCTION_MODES = ("task", "wrong", "switch", "held_out", "description")
+#: The random stream of an episode's held-out or description sentence.
+_PHRASING_STREAM = 11
 
 
 @dataclasses.dataclass
@@ -139,6 +148,10 @@ def run_policy_episode(env: GraspEnv, agent: PolicyAgent, seed: int,
     if instruction_mode in ("wrong", "switch"):
         instruction = wrong_instruction(task.target, env.runtime.scene.object_names, seed)
         obs, info = env.reset(seed, task=GraspTask(task.target, instruction))
+    elif instruction_mode in ("held_out", "description"):
+        task = _phrased_task(env, task.target, seed, instruction_mode)
+        instruction = task.instruction
+        obs, info = env.reset(seed, task=task)
     media = _EpisodeMedia(env, f"seed {seed}: '{instruction}' (target {task.target})") \
         if media_dir is not None else None
     env.after_physics_step = media.after_physics_step if media else None
@@ -146,7 +159,7 @@ def run_policy_episode(env: GraspEnv, agent: PolicyAgent, seed: int,
     events: collections.Counter[str] = collections.Counter()
     done = False
     start_s = obs["stamp_s"]
-    agent.restart(instruction, _stamp_ns(start_s), seed=seed)
+    agent.restart(instruction, _stamp_ns(start_s), seed=seed, new_dialogue=True)
     try:
         while not done:
             now_ns = _stamp_ns(obs["stamp_s"])
@@ -176,6 +189,21 @@ def run_policy_episode(env: GraspEnv, agent: PolicyAgent, seed: int,
         assert media_dir is not None  # media is made only with a media_dir
         media.write(Path(media_dir), f"episode_{seed}", f"'{instruction}': {_result(outcome)}")
     return outcome
+
+
+def _phrased_task(env: GraspEnv, target: str, seed: int, mode: str) -> GraspTask:
+    """The episode's task asked for with held-out phrasing, or by description."""
+    rng = np.random.default_rng([seed, _PHRASING_STREAM])
+    if mode == "held_out":
+        return GraspTask(target, instruction_for(target, rng, held_out=True))
+    objects = env.runtime.referents()
+    others = [o.name for o in objects if o.name != target]
+    for name in [target, *(others[i] for i in rng.permutation(len(others)))]:
+        sentence = describe_without_colour(name, objects, rng)
+        if sentence is not None:
+            return GraspTask(name, sentence)
+    raise RuntimeError(f"episode seed {seed}: no object of the layout can be described "
+                       "without its colour")
 
 
 def _stamp_ns(stamp_s: float) -> int:

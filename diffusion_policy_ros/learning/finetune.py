@@ -309,9 +309,9 @@ class RolloutCollector:
                 for j, i in enumerate(idx):
                     agent, text = self.agents[i], str(obs["instruction"][i])
                     stamp_ns = int(round(float(obs["elapsed_s"][i][0]) * 1e9))
-                    if starting[i] or text != agent.instruction:
+                    if starting[i] or text != agent.words:
                         # A new episode or instruction: a new task, as policy_node starts.
-                        agent.restart(text, stamp_ns)
+                        agent.restart(text, stamp_ns, new_dialogue=bool(starting[i]))
                         features[i].clear()
                         ref_features[i].clear()
                         starting[i] = False

@@ -108,6 +108,12 @@ class PolicyNodeConfig:
         "stream is coalesced, its newest words taken when the interval has passed and the "
         "rest counted, so a flood cannot keep restarting the observation history and leave "
         "the policy no frame to act on", low=0.0, high=60.0)
+    read_instructions: bool = param(
+        True, "Read instructions with the grasp vocabulary (docs/reference/instructions.md) "
+        "before the policy does: a correction ('no, the blue one') becomes the sentence of the "
+        "object in force, and words that name no object or correct nothing hold the arm, "
+        "said on policy/status. false: any words go to the policy as said (a policy trained "
+        "on another vocabulary)")
     diagnostics_period_s: float = param(1.0, "Period of /diagnostics (s)", low=0.05, high=60.0)
     grasp_retry: GraspRetryConfig = section(GraspRetryConfig)
     grasp_lift: GraspLiftConfig = section(GraspLiftConfig)

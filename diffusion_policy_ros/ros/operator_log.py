@@ -8,9 +8,14 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from diffusion_policy_ros.acting.agent import NO_INSTRUCTION, OBSERVATION_MISMATCH
+from diffusion_policy_ros.acting.agent import (
+    NO_INSTRUCTION,
+    OBSERVATION_MISMATCH,
+    UNREAD_INSTRUCTION,
+)
 from diffusion_policy_ros.acting.observation_history import Refusal
 from diffusion_policy_ros.acting.rules import RuleEvent
+from diffusion_policy_ros.instructions.dialogue import Reading
 from diffusion_policy_ros.monitoring import ThrottledReasons, excerpt
 
 #: Rule events that mean a rule could not do what it set out to: logged as warnings.
@@ -62,6 +67,9 @@ class OperatorLog:
                 self.logger.info(f"not acting yet: {self.no_instruction_hint}")
             return
         self.refusal = refusal
+        if reason == UNREAD_INSTRUCTION:  # said when the instruction came
+            self.refusals.count(reason)
+            return
         if reason == OBSERVATION_MISMATCH:  # a configuration error: said once, as an error
             self.refusals.count(reason)
             if refusal.detail not in self._mismatches_said:
@@ -86,11 +94,17 @@ class OperatorLog:
                 f"instruction_max_chars {max_chars}): '{excerpt(text)}'; the current one "
                 f"stays [{refused_total} so far]")
 
-    def instruction_taken(self, text: str) -> None:
-        if text:
-            self.logger.info(f"instruction: '{excerpt(text)}' (takes effect at the next chunk)")
-        else:
+    def instruction_taken(self, text: str, reading: Reading) -> None:
+        """A new instruction: what the policy reads of it, or why it holds (said once)."""
+        if not text:
             self.logger.warning("empty instruction: refusing to act until a new one")
+        elif reading.reason:
+            self.logger.warning(f"holding: {excerpt(reading.reason)}")
+        elif reading.sentence != text:
+            self.logger.info(f"instruction: '{excerpt(text)}', read as '{reading.sentence}' "
+                             "(takes effect at the next chunk)")
+        else:
+            self.logger.info(f"instruction: '{excerpt(text)}' (takes effect at the next chunk)")
 
     def instructions_coalesced(self, min_interval_s: float, coalesced_total: int) -> None:
         if coalesced_total and self._instructions.record("coalesced", time.monotonic()):

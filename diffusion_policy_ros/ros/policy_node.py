@@ -95,7 +95,8 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
         self.joint_names = cfg.action_joint_names
         # seed >= 0: a reproducible noise sequence, restarted with every task.
         self.agent = PolicyAgent(self.joint_names, max_obs_age_s=cfg.max_obs_age_s,
-                                 noise="stream" if cfg.seed >= 0 else "fresh", seed=cfg.seed)
+                                 noise="stream" if cfg.seed >= 0 else "fresh", seed=cfg.seed,
+                                 read_instructions=cfg.read_instructions)
         self.instructions = InstructionInbox(cfg.instruction_max_chars,
                                              cfg.instruction_min_interval_s)
         self.publishing = PublishGuard(self.get_logger(), self.context)
@@ -128,6 +129,7 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
         _, live = subscribe_any_durability(self, String, "instruction", self._on_instruction)
         self.log = OperatorLog(self.get_logger(), live.topic_name)
         self.instruction_pub = self.create_publisher(String, "policy/instruction", latched)
+        self.status_pub = self.create_publisher(String, "policy/status", latched)
         # Lifecycle publishers: silent unless the node is active.
         self.chunk_pub = self.create_lifecycle_publisher(JointTrajectory, "policy/action_chunk",
                                                          QoSProfile(depth=2))
@@ -302,20 +304,22 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
         text = self.instructions.take(time.monotonic())
         if text is None:
             return False
-        changed = text != self.agent.instruction
+        changed = text != self.agent.words
         self.agent.restart(text, self._now_ns())
         self.worker.restart()
         self.publishing.publish(self.instruction_pub, String(data=text))
+        reading = self.agent.reading
+        self.publishing.publish(self.status_pub, String(data=reading.status()))
         self.log.instructions_coalesced(self.config.instruction_min_interval_s,
                                         self.instructions.counts["coalesced"])
         if changed:
-            self.log.instruction_taken(text)
-        runner = self.runner
-        if changed and text and runner is not None:
+            self.log.instruction_taken(text, reading)
+        runner, sentence = self.runner, self.agent.instruction
+        if changed and sentence and runner is not None:
             try:  # a cache miss runs the sentence encoder now, not in the next chunk
-                runner.language.embed(text)
+                runner.language.embed(sentence)
             except Exception as exc:  # noqa: BLE001 - the chunk that needs it reports again
-                self.get_logger().error(f"cannot embed instruction '{excerpt(text)}': {exc}")
+                self.get_logger().error(f"cannot embed instruction '{excerpt(sentence)}': {exc}")
         return True
 
     # -- inference ----------------------------------------------------------------------------
@@ -415,7 +419,8 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
             "stopped": str(self._stopped).lower(),
             "refusal": refusal.reason if refusal else "",
             "refusal_detail": refusal.detail if refusal else "",
-            "instruction": self.agent.instruction,
+            "instruction": self.agent.words,
+            "instruction_read": self.agent.instruction,
             "chunk_instruction": self._chunk_instruction,
             **{f"instructions_{key}": str(n) for key, n in self.instructions.counts.items()},
             "checkpoint": cfg.checkpoint,

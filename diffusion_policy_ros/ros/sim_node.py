@@ -138,7 +138,7 @@ from diffusion_policy_ros.sim.render_thread import RenderThread
 from diffusion_policy_ros.sim.runtime import SimulationRuntime
 from diffusion_policy_ros.sim.scene import ARM_JOINT_NAMES, JOINT_NAMES
 from diffusion_policy_ros.sim.sim_config import SimConfig
-from diffusion_policy_ros.sim.task import TaskState, task_for_instruction
+from diffusion_policy_ros.sim.task import TaskState
 
 #: Optical frame of the colour camera, as the Azure Kinect driver names it.
 CAMERA_FRAME = "rgb_camera_link"
@@ -183,12 +183,17 @@ def episode_status(state: TaskState) -> str:
     return "timeout" if state.timed_out else "running"
 
 
-def episode_detail(state: TaskState, object_names=(), instruction_topic="/instruction") -> str:
+def episode_detail(state: TaskState, object_names=(), instruction_topic="/instruction",
+                   ambiguity: str = "") -> str:
     """Why nothing is scored (empty while there is a target); ``instruction_topic``: the
-    resolved name a person publishes on (the node's namespace, remaps)."""
+    resolved name a person publishes on (the node's namespace, remaps); ``ambiguity``:
+    which objects the words fit alike."""
     status = episode_status(state)
     if status == "waiting_for_instruction":
         return f"no instruction yet: publish one on '{instruction_topic}' (std_msgs/String)"
+    if status == "no_target" and ambiguity:
+        return (f"'{excerpt(state.instruction)}': {ambiguity}: nothing is scored until an "
+                "instruction names one of them")
     if status == "no_target":
         names = ", ".join(n.replace("_", " ") for n in object_names)
         return (f"'{excerpt(state.instruction)}' names no object of the scene ({names}): "
@@ -197,14 +202,15 @@ def episode_detail(state: TaskState, object_names=(), instruction_topic="/instru
 
 
 def episode_report(state: TaskState, episode: int, seed: int | None, sim_time_s: float,
-                   object_names=(), instruction_topic="/instruction") -> dict:
+                   object_names=(), instruction_topic="/instruction",
+                   ambiguity: str = "") -> dict:
     """What ``sim/episode`` carries (as JSON) and ``/diagnostics`` repeats."""
     return {"episode": episode, "seed": seed, "status": episode_status(state),
             "target": state.target, "instruction": state.instruction,
             "success": state.success, "wrong_object": state.wrong_object or "",
             "timed_out": state.timed_out, "elapsed_s": round(state.elapsed_s, 4),
             "sim_time_s": round(sim_time_s, 4),
-            "detail": episode_detail(state, object_names, instruction_topic)}
+            "detail": episode_detail(state, object_names, instruction_topic, ambiguity)}
 
 
 class SimNode(LeanEventsMixin, Node):
@@ -370,10 +376,9 @@ class SimNode(LeanEventsMixin, Node):
         self.render.drain()
         # One physics step after the previous episode's last instant (never 0 = "unset").
         self._offset_s = self.sim_time_s() + self.dt if self._episode else self.dt
-        task = None  # the seed's own task
-        if not self.config.publish_instruction:
-            task = task_for_instruction(self._instruction, self.runtime.scene.object_names)
-        state = self.runtime.reset(task=task)
+        # The seed's own task, or the person's kept words resolved in the new layout.
+        kept = None if self.config.publish_instruction else self._instruction
+        state = self.runtime.reset(instruction=kept)
         self._episode += 1
         self._effort = None  # the arm was teleported home: efforts for the old pose are void
         self.lockstep.cancel()
@@ -396,7 +401,13 @@ class SimNode(LeanEventsMixin, Node):
                                f"{told}")
 
     def _detail(self, state: TaskState) -> str:
-        return episode_detail(state, self.runtime.scene.object_names, self.instruction_topic)
+        return episode_detail(state, self.runtime.scene.object_names, self.instruction_topic,
+                              self.runtime.ambiguity)
+
+    def _report(self, state: TaskState, sim_time_s: float) -> dict:
+        return episode_report(state, self._episode, self.runtime.episode_seed, sim_time_s,
+                              self.runtime.scene.object_names, self.instruction_topic,
+                              self.runtime.ambiguity)
 
     def _on_instruction(self, msg: String) -> None:
         self.instruction_counts["received"] += 1
@@ -473,9 +484,7 @@ class SimNode(LeanEventsMixin, Node):
         wall time from the start of scoring to the end, so that a real-time factor does not
         include the round trip of another process's reset or instruction (most of a second
         on a saturated machine)."""
-        report = episode_report(state, self._episode, self.runtime.episode_seed,
-                                self.sim_time_s(), self.runtime.scene.object_names,
-                                self.instruction_topic)
+        report = self._report(state, self.sim_time_s())
         now = time.monotonic()
         if report["status"] == "running":
             if self._scored_since_wall is None:
@@ -723,8 +732,7 @@ class SimNode(LeanEventsMixin, Node):
         rtf = (sim - sim0) / max(1e-9, wall - wall0)
         rates = {name: meter.rate_hz(wall) for name, meter in self.rates.items()}
         state = self.runtime.task_state
-        report = episode_report(state, self._episode, self.runtime.episode_seed, sim,
-                                self.runtime.scene.object_names, self.instruction_topic)
+        report = self._report(state, sim)
         problems = []
         if self._stale:
             assert self._last_command_s is not None  # stale after a command

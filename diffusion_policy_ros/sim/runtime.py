@@ -31,6 +31,8 @@ from diffusion_policy_ros.control import (
     PdTrackerConfig,
     TrackerCommand,
 )
+from diffusion_policy_ros.instructions.dialogue import Dialogue
+from diffusion_policy_ros.instructions.referring import AMBIGUOUS, Referent, parse_reference
 from diffusion_policy_ros.perception.geometry import CameraModel
 from diffusion_policy_ros.perception.image_decoding import RawImage
 from diffusion_policy_ros.sim.camera import (
@@ -47,8 +49,8 @@ from diffusion_policy_ros.sim.task import (
     GraspTask,
     TaskEvaluator,
     TaskState,
+    referents,
     sample_task,
-    task_for_instruction,
 )
 
 #: Independent random streams derived from an episode seed (the layout uses the seed itself).
@@ -98,23 +100,38 @@ class SimulationRuntime:
         self._next_seed = self.config.seed
         self.episode_seed: int | None = None
         self.task: TaskEvaluator | None = None
+        self.dialogue = Dialogue()
+        """What the person said this episode: corrections resolve against it."""
+        self.ambiguity = ""
+        """Why the last instruction named no one object because several fit, or ''."""
         self.tracker: PdTracker | None = None
 
     # -- episodes -----------------------------------------------------------------------------
 
-    def reset(self, seed: int | None = None, task: GraspTask | None = None) -> TaskState:
+    def reset(self, seed: int | None = None, task: GraspTask | None = None,
+              instruction: str | None = None) -> TaskState:
         """New layout, task and tracker from ``seed`` (None: the next seed in sequence).
 
         ``task`` overrides the sampled target and instruction (its target must
-        be an object of the scene, or "" to score nothing until ``follow_instruction``).
+        be an object of the scene, or "" to score nothing until ``follow_instruction``);
+        ``instruction`` instead: a person's words, resolved in the new layout.
         The clock restarts at 0.
         """
         seed = self._next_seed if seed is None else int(seed)
         self._next_seed = seed + 1
         self.episode_seed = seed
         self.scene.reset(seed=seed, settle_s=self.config.settle_s)
-        if task is None:
+        self.dialogue.reset()
+        self.ambiguity = ""
+        if instruction is not None:
+            resolution = self.dialogue.hear(instruction, self.referents())
+            self.ambiguity = resolution.reason if resolution.status == AMBIGUOUS else ""
+            task = GraspTask(resolution.target or "", instruction)
+        elif task is None:
             task = seed_task(seed, self.scene.object_names)
+        if task.target and self.dialogue.target is None:  # the episode's own words
+            self.dialogue.settle(parse_reference(task.instruction), task.target,
+                                 self.referents())
         self.task = TaskEvaluator(task, self.scene.object_names, self._object_heights_m(),
                                   self.config.task_config(), start_time_s=self.time_s)
         self._noise_rng = np.random.default_rng([seed, _NOISE_STREAM])
@@ -126,10 +143,20 @@ class SimulationRuntime:
         return self.task.state
 
     def follow_instruction(self, text: str) -> TaskState:
-        """Score the episode against the object ``text`` names (``TaskEvaluator.follow``)."""
-        task = task_for_instruction(text, self.scene.object_names)
+        """Score the episode against the object ``text`` names in the scene as it is now,
+        after what was said this episode ("no, the blue one"): ``TaskEvaluator.follow``.
+        Words that name no object, or several alike, suspend scoring."""
+        resolution = self.dialogue.hear(text, self.referents())
+        self.ambiguity = resolution.reason if resolution.status == AMBIGUOUS else ""
         assert self.task is not None, "call reset() first"
+        task = GraspTask(resolution.target or "", text)
         return self.task.follow(task, self.time_s, self._object_heights_m())
+
+    def referents(self) -> list[Referent]:
+        """The objects as words refer to them, where they are now."""
+        objects = self.scene.objects
+        return referents(self.scene.object_names, self.scene.data.xpos[self._body_ids],
+                         [o.size_m for o in objects])
 
     @property
     def time_s(self) -> float:

@@ -63,6 +63,8 @@ class SceneObject:
     qvel_adr: int
     half_height_m: float
     footprint_radius_m: float
+    size_m: float
+    """Largest extent (m): what "the smaller cube" compares."""
 
 
 def find_objects(model: mujoco.MjModel) -> tuple[SceneObject, ...]:
@@ -79,14 +81,18 @@ def find_objects(model: mujoco.MjModel) -> tuple[SceneObject, ...]:
         kind = model.geom_type[geom]
         if kind == mujoco.mjtGeom.mjGEOM_BOX:
             half_height, radius = size[2], float(np.hypot(size[0], size[1]))
+            extent = 2 * size[:3].max()
         elif kind == mujoco.mjtGeom.mjGEOM_CYLINDER:
             half_height, radius = size[1], size[0]
+            extent = 2 * max(size[0], size[1])
         elif kind == mujoco.mjtGeom.mjGEOM_SPHERE:
             half_height, radius = size[0], size[0]
+            extent = 2 * size[0]
         else:
             raise ValueError(f"object '{model.body(body).name}' has unsupported geom type {kind}")
         objects.append(SceneObject(model.body(body).name, body, geom, int(model.jnt_qposadr[j]),
-                                   int(model.jnt_dofadr[j]), float(half_height), float(radius)))
+                                   int(model.jnt_dofadr[j]), float(half_height), float(radius),
+                                   float(extent)))
     return tuple(objects)
 
 

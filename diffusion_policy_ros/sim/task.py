@@ -1,43 +1,34 @@
-"""Language grasp tasks: instructions, their parser, and the success evaluator.
+"""Language grasp tasks: instructions, their scoring, and the success evaluator.
 
 An episode names one object of the scene in natural language ("lift the green
 block") and succeeds when that object is lifted and held; lifting any other
 object ends the episode as a wrong-object failure. Object names in the MJCF
-are ``<colour>_<shape>`` (``red_cube``, ``yellow_cylinder``), which is all the
-vocabulary needs: every colour and shape word, synonyms included, maps back to
-one name. ``parse_instruction`` inverts ``instruction_for`` so tests can check
-that every generated sentence names its target, and evaluations can score a
-policy against the object a (possibly wrong or paraphrased) instruction means.
+are ``<colour>_<shape>`` (``red_cube``, ``yellow_cylinder``). Training sentences
+fill ``TEMPLATES`` with the vocabulary's seen words; ``HELD_OUT_TEMPLATES`` and the
+held-out words are for evaluation only (``instructions.vocabulary``).
 
-``TaskEvaluator.follow`` scores an episode against a person's instruction: the
-simulation then grades the object their words name, whatever it chose itself. A
-task whose target is "" has nothing to score: no instruction yet, or one that names
-no object of the scene.
+Which object a person's words mean is decided by ``instructions.referring``, with the
+objects' places and sizes when the scene is at hand (``task_for_instruction``): the
+simulation then grades the object their words name, whatever it chose itself. A task
+whose target is "" has nothing to score: no instruction yet, or one that names no
+object of the scene, or several alike.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Sequence
 
 import numpy as np
 
-#: Canonical colour -> words that mean it.
-COLOUR_WORDS = {
-    "red": ("red",),
-    "green": ("green",),
-    "blue": ("blue",),
-    "yellow": ("yellow",),
-    "purple": ("purple", "violet"),
-}
-#: Canonical shape (the suffix of the object name) -> nouns that mean it.
-SHAPE_WORDS = {
-    "cube": ("cube", "block", "box"),
-    "cylinder": ("cylinder", "can"),
-    "sphere": ("sphere", "ball"),
-}
-#: Sentence patterns; ``{colour}`` and ``{shape}`` are filled with one word each.
+from diffusion_policy_ros.instructions.referring import Referent, parse_reference, resolve
+from diffusion_policy_ros.instructions.vocabulary import COLOURS, SHAPES, describe, seen_words
+
+#: Canonical colour -> the words training sentences use for it.
+COLOUR_WORDS = seen_words(COLOURS)
+#: Canonical shape (the suffix of the object name) -> the nouns training sentences use.
+SHAPE_WORDS = seen_words(SHAPES)
+#: Sentence patterns of the training data; ``{colour}`` and ``{shape}`` take one word each.
 TEMPLATES = (
     "pick up the {colour} {shape}",
     "grasp the {colour} {shape}",
@@ -52,47 +43,47 @@ TEMPLATES = (
     "grab the {shape} that is {colour}",
     "pick up the {shape}, the {colour} one",
 )
-#: Words after which "can" is the modal verb ("can you ..."), not a noun.
-_PRONOUNS = frozenset({"you", "i", "we", "it"})
-_WORD_COLOUR = {w: c for c, words in COLOUR_WORDS.items() for w in words}
-_WORD_SHAPE = {w: s for s, words in SHAPE_WORDS.items() for w in words}
+#: Sentence patterns no training sentence uses: evaluation of held-out phrasing.
+HELD_OUT_TEMPLATES = (
+    "would you mind picking up that {colour} {shape}",
+    "hand me the {colour} {shape}",
+    "i need the {colour} {shape}, lift it",
+    "get hold of the {shape} coloured {colour}",
+)
 
 
-def describe(object_name: str) -> tuple[str, str]:
-    """(colour, shape) of an object named ``<colour>_<shape>``."""
-    colour, _, shape = object_name.partition("_")
-    if colour not in COLOUR_WORDS or shape not in SHAPE_WORDS:
-        raise ValueError(f"object '{object_name}' is not named <colour>_<shape> with a known "
-                         f"colour {sorted(COLOUR_WORDS)} and shape {sorted(SHAPE_WORDS)}")
-    return colour, shape
-
-
-def instruction_for(object_name: str, rng: np.random.Generator) -> str:
-    """A random sentence (template, synonyms) asking to grasp ``object_name``."""
+def instruction_for(object_name: str, rng: np.random.Generator,
+                    held_out: bool = False) -> str:
+    """A random sentence asking to grasp ``object_name``: a training template with seen
+    words, or (``held_out``) a held-out template with held-out words where there are."""
     colour, shape = describe(object_name)
-    template = TEMPLATES[rng.integers(len(TEMPLATES))]
-    colour_word = COLOUR_WORDS[colour][rng.integers(len(COLOUR_WORDS[colour]))]
-    shape_word = SHAPE_WORDS[shape][rng.integers(len(SHAPE_WORDS[shape]))]
-    return template.format(colour=colour_word, shape=shape_word)
+    templates: tuple[str, ...]
+    if held_out:
+        templates = HELD_OUT_TEMPLATES
+        colours = COLOURS[colour].held_out or COLOURS[colour].seen
+        shapes = SHAPES[shape].held_out or SHAPES[shape].seen
+    else:
+        templates, colours, shapes = TEMPLATES, COLOUR_WORDS[colour], SHAPE_WORDS[shape]
+    template = templates[rng.integers(len(templates))]
+    return template.format(colour=colours[rng.integers(len(colours))],
+                           shape=shapes[rng.integers(len(shapes))])
+
+
+def referents(object_names: Sequence[str], positions_m=None, sizes_m=None) -> list[Referent]:
+    """The objects as words refer to them; without positions and sizes every place and
+    size relation ties (so only colour and shape can pick one)."""
+    n = len(object_names)
+    positions = np.zeros((n, 3)) if positions_m is None else np.asarray(positions_m, float)
+    sizes = np.zeros(n) if sizes_m is None else np.asarray(sizes_m, float)
+    return [Referent(name, *describe(name), float(size),
+                     (float(xyz[0]), float(xyz[1]), float(xyz[2])))
+            for name, xyz, size in zip(object_names, positions, sizes, strict=True)]
 
 
 def parse_instruction(text: str, object_names: Sequence[str]) -> str | None:
-    """The one object of ``object_names`` that ``text`` asks for, or None.
-
-    The sentence must mention exactly one colour; a shape word, if present,
-    must fit the same object. None when nothing or more than one object fits
-    (unknown colour, "red cylinder" in a scene without one, two colours).
-    """
-    tokens = re.findall(r"[a-z]+", text.lower())
-    colours = {_WORD_COLOUR[t] for t in tokens if t in _WORD_COLOUR}
-    shapes = {_WORD_SHAPE[t] for i, t in enumerate(tokens) if t in _WORD_SHAPE
-              and not (t == "can" and i + 1 < len(tokens) and tokens[i + 1] in _PRONOUNS)}
-    if len(colours) != 1 or len(shapes) > 1:
-        return None
-    matches = [n for n in object_names
-               if describe(n)[0] in colours and (not shapes or describe(n)[1] in shapes)]
-    return matches[0] if len(matches) == 1 else None
-
+    """The one object of ``object_names`` that ``text`` names by colour and shape, or
+    None (nothing or more than one fits, two colours, ...)."""
+    return resolve(parse_reference(text), referents(object_names)).target
 
 @dataclasses.dataclass(frozen=True)
 class GraspTask:
@@ -102,9 +93,10 @@ class GraspTask:
     instruction: str
 
 
-def task_for_instruction(text: str, object_names: Sequence[str]) -> GraspTask:
-    """The task a person's instruction sets: its object, or target "" when it names none."""
-    return GraspTask(parse_instruction(text, object_names) or "", text)
+def task_for_instruction(text: str, objects: Sequence[Referent]) -> GraspTask:
+    """The task a person's instruction sets in the scene ``objects`` describe: its object,
+    or target "" when it names none or several alike."""
+    return GraspTask(resolve(parse_reference(text), objects).target or "", text)
 
 
 SWITCH_AFTER_S = 1.0

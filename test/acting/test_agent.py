@@ -13,6 +13,7 @@ from diffusion_policy_ros.acting.agent import (
     NO_INSTRUCTION,
     NON_FINITE_ACTION,
     OBSERVATION_MISMATCH,
+    UNREAD_INSTRUCTION,
     Chunk,
     PolicyAgent,
 )
@@ -102,7 +103,7 @@ def test_the_frames_selected_by_stamp_are_the_last_to_observations_across_a_rest
     stamp_s, deque = 0.0, None
     for k in range(40):
         if k in (0, 17):  # an episode, then an instruction switch
-            agent.restart(f"task {k}", _ns(stamp_s))
+            agent.restart(f"pick up the {'red' if k else 'blue'} cube", _ns(stamp_s))
             deque = collections.deque([k] * TO, maxlen=TO)
         else:
             deque.append(k)
@@ -239,3 +240,27 @@ def test_observations_that_do_not_fit_the_checkpoint_are_one_clear_refusal(chang
     # The graph reconfigured: fitting frames act again and the mismatch is gone.
     agent.add_observation(_ns(0.3), _observation(3))
     assert isinstance(agent.act(_ns(0.3)), Chunk) and agent.mismatch == ""
+
+
+def test_words_are_read_before_the_policy_acts_on_them():
+    agent = _agent()
+    agent.restart("no, the blue one", 0, new_dialogue=True)  # nothing to correct: holds
+    agent.add_observation(0, _observation(0))
+    refusal = agent.act(0)
+    assert refusal.reason == UNREAD_INSTRUCTION and "nothing before it" in refusal.detail
+    agent.restart("pick up the red cube", _ns(0.1))
+    agent.add_observation(_ns(0.1), _observation(1))
+    assert isinstance(agent.act(_ns(0.1)), Chunk)
+    agent.restart("no, the blue one", _ns(0.2))  # a correction: the object in force
+    agent.add_observation(_ns(0.2), _observation(2))
+    assert isinstance(agent.act(_ns(0.2)), Chunk)
+    assert agent.policy.calls[-1][1] == "pick up the blue cube"
+    assert agent.words == "no, the blue one"
+    agent.restart("pick up the screwdriver", _ns(0.3))  # names nothing it knows: holds
+    agent.add_observation(_ns(0.3), _observation(3))
+    assert agent.act(_ns(0.3)).reason == UNREAD_INSTRUCTION
+    # Without reading, any words go to the policy as said.
+    raw = _agent(read_instructions=False)
+    raw.restart("pick up the screwdriver", 0)
+    raw.add_observation(0, _observation(0))
+    assert isinstance(raw.act(0), Chunk) and raw.policy.calls[-1][1] == "pick up the screwdriver"

@@ -71,6 +71,9 @@ class PolicyHarness:
                                  QoSProfile(depth=10))
         node.create_subscription(DiagnosticArray, "/diagnostics", self.diags.append,
                                  QoSProfile(depth=50))
+        self.status: list[str] = []
+        node.create_subscription(String, "policy/status", lambda m: self.status.append(m.data),
+                                 LATCHED)
         self.sent_stamps: set[int] = set()
         self.streaming = True
         self.stamp_delay_s = 0.0
@@ -263,6 +266,21 @@ def test_refusals_instruction_change_and_start_stop(ros, start_node, assets):
     h.instruct("grab the blue cube")
     ros.spin_until(lambda: len(h.chunks) > n + 2 and h.count("history_restarts") == restarts + 1,
                    5.0, lambda: f"chunks after the repeated instruction: {h.diagnostics()}")
+
+    # Words that name no object hold the arm, said on policy/status and /diagnostics; a
+    # correction is read against the instruction before it.
+    h.instruct("pick up the screwdriver")
+    ros.spin_until(refusal_is("instruction_not_understood"), 5.0,
+                   lambda: f"unread instruction: {h.diagnostics()}")
+    h.assert_no_new_chunks(0.5, "an instruction naming no object")
+    ros.spin_until(lambda: h.status and h.status[-1] == "holding: the instruction names no "
+                   "object: 'pick up the screwdriver'", 5.0, lambda: f"status: {h.status}")
+    n = len(h.chunks)
+    h.instruct("no, the green one")
+    ros.spin_until(lambda: h.value("chunk_instruction") == "pick up the green cube"
+                   and len(h.chunks) > n + 2, 5.0, lambda: f"correction: {h.diagnostics()}")
+    assert h.value("instruction") == "no, the green one"
+    assert h.status[-1] == "acting on 'pick up the green cube'"
 
     # Observations that arrive but are 0.8 s old (max_obs_age_s 0.5): refused, no chunks.
     h.stamp_delay_s = 0.8

@@ -707,3 +707,8 @@ def test_command_validation_and_episode_report():
     assert episode_status(nothing) == "no_target"
     assert episode_report(nothing, 1, 2, 3.0, ["red_cube"])["detail"].startswith(
         "'pick up the pink cube' names no object of the scene (red cube)")
+    several = TaskState("", "the cube", 0.0, False, None, False, None)
+    assert episode_report(several, 1, 2, 3.0, ["red_cube", "blue_cube"], ambiguity=(
+        "the cube could be any of red_cube, blue_cube"))["detail"] == (
+        "'the cube': the cube could be any of red_cube, blue_cube: nothing is scored until "
+        "an instruction names one of them")

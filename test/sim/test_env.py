@@ -180,3 +180,24 @@ def test_sim_modules_do_not_import_rclpy():
     code = ("import sys, diffusion_policy_ros.sim.env, diffusion_policy_ros.sim.expert_eval; "
             "assert 'rclpy' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_a_person_s_words_are_resolved_in_the_layout_and_after_what_was_said():
+    runtime = SimulationRuntime(SimConfig(depth_noise=False))
+    state = runtime.reset(seed=5, instruction="pick up the cube on the left")
+    cubes = [r for r in runtime.referents() if r.shape == "cube"]
+    right_axis = runtime.dialogue.config.viewpoint.right_axis()
+    across = {r.name: float(np.dot(r.position_m[:2], right_axis)) for r in cubes}
+    leftmost, second = sorted(across, key=across.get)[:2]
+    assert across[second] - across[leftmost] > 0.03, across  # a layout a person can tell
+    assert state.target == leftmost and state.instruction == "pick up the cube on the left"
+    # A correction resolves against it; words that fit several objects suspend scoring.
+    colour = next(r.colour for r in cubes if r.name == second)
+    assert runtime.follow_instruction(f"no, the {colour} one").target == second
+    assert runtime.follow_instruction("the cube").target == ""
+    # The episode's own task is remembered too: "the other one" after its words.
+    state = runtime.reset(seed=6)
+    kind = state.target.partition("_")[2]
+    others = [r.name for r in runtime.referents() if r.shape == kind and r.name != state.target]
+    expected = others[0] if len(others) == 1 else ""
+    assert runtime.follow_instruction("the other one").target == expected
