@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Set up (scripts/setup.sh) and run the whole test suite, lint included.
-# Extra arguments go to pytest, e.g. `scripts/test.sh -m "not slow"` locally.
+# Set up (scripts/setup.sh) and run the test suite, lint included: every test but the
+# end-to-end ones marked `slow` (about 15 min on two cores); `--all` runs those too.
+# Other arguments go to pytest (a `-m` of yours replaces the default selection).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -16,8 +17,13 @@ export HF_HUB_OFFLINE=1
 mkdir -p "$ROS_LOG_DIR"
 echo "[test] ROS_DOMAIN_ID=$ROS_DOMAIN_ID ROS_LOG_DIR=$ROS_LOG_DIR"
 
+select=(-m "not slow")
+if [ "${1:-}" = "--all" ]; then
+  select=()
+  shift
+fi
 set +e
-.venv/bin/python -m pytest "$@"
+.venv/bin/python -m pytest "${select[@]}" "$@"
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then

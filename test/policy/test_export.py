@@ -221,6 +221,7 @@ def test_aot_packages_are_looked_up_per_thread_count(tiny_aot_student, language)
                                      backend="aotinductor", num_threads=2)
 
 
+@pytest.mark.slow
 def test_dpr_export_if_stale_exports_once_per_checkpoint(tmp_path, capsys):
     from diffusion_policy_ros.cli import main
     from diffusion_policy_ros.policy.checkpoint import save_checkpoint

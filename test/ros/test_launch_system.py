@@ -108,6 +108,7 @@ def test_sim_launch_takes_an_integer_real_time_factor_a_params_file_and_an_unkno
     _interrupted_cleanly(launch, nodes=1)
 
 
+@pytest.mark.slow
 def test_namespaced_grasp_launch_applies_its_edited_parameter_files_and_survives_rviz(
         ros2_env, ros2_command, colcon_install, tmp_path):
     """Under namespace:=X the parameter files were ignored (keys were bare node names), and
@@ -136,6 +137,7 @@ def test_namespaced_grasp_launch_applies_its_edited_parameter_files_and_survives
     assert launch.log().count("process has finished cleanly") >= 3, launch.log()
 
 
+@pytest.mark.slow
 def test_replay_launch_plays_a_dpr_collect_bag_and_ends_by_itself(
         ros2_env, ros2_command, tiny_checkpoint, tmp_path):
     """replay.launch.py refused bags without raw camera topics (plain `dpr collect`), and

@@ -120,7 +120,7 @@ class Probe:
             self.ros.spin_for(1.0 / rate_hz)
 
 
-@pytest.mark.parametrize("loaded", [False, pytest.param(True, marks=pytest.mark.slow)],
+@pytest.mark.parametrize("loaded", [False, True],
                          ids=["quiet", "next-to-cpu-burners"])
 def test_outside_chunks_and_states_never_drive_the_arm_past_its_limits(ros, start_node,
                                                                       loaded, request):
