@@ -1,11 +1,14 @@
-"""Sentences that name an object without its colour: "the smallest cube", "the cylinder on
-the left", "the cube next to the yellow cylinder", "the object nearest to you".
+"""Sentences that name one object of a layout: without its colour ("the smallest cube",
+"the cylinder on the left", "the cube next to the yellow cylinder", "the object nearest
+to you"), or with it where the colour alone does not ("the small red cube", "the red
+cube on the left").
 
-``describe_without_colour`` draws, in a seeded order, description patterns for the
-target and keeps the first that ``referring.resolve`` takes to it alone in this layout,
-so every sentence it returns is right by construction (and None when the layout offers
-none: three cubes in a row make "the cube in the middle", two touching ones nothing).
-``held_out`` draws the verbs and words no training sentence uses.
+``describe_without_colour`` and ``describe_with_colour`` draw, in a seeded order,
+description patterns for the target and keep the first that ``referring.resolve`` takes
+to it alone in this layout, so every sentence they return is right by construction
+(and None when the layout offers none: three cubes in a row make "the cube in the
+middle", two touching ones nothing). ``held_out`` draws the verbs and words no training
+sentence uses.
 """
 
 from __future__ import annotations
@@ -40,6 +43,18 @@ PATTERNS = (
 )
 
 
+#: Patterns that keep the colour, for objects whose colour and shape repeat.
+COLOUR_PATTERNS = (
+    ("the smallest {colour} {shape}", "the small {colour} {shape}"),
+    ("the biggest {colour} {shape}", "the big {colour} {shape}"),
+    ("the {colour} {shape} on the left", "the leftmost {colour} {shape}"),
+    ("the {colour} {shape} on the right", "the rightmost {colour} {shape}"),
+    ("the {colour} {shape} nearest to you", "the {colour} {shape} closest to you"),
+    ("the {colour} {shape} farthest from you", "the {colour} {shape} furthest from you"),
+    ("the {colour} {shape} next to {landmark}", "the {colour} {shape} beside {landmark}"),
+)
+
+
 def _landmark(target: Referent, objects: Sequence[Referent], held_out: bool) -> str:
     """The object nearest to the target, by colour and shape (its own words)."""
     others = [o for o in objects if o.name != target.name]
@@ -57,14 +72,29 @@ def describe_without_colour(target: str, objects: Sequence[Referent],
                             config: ResolverConfig | None = None) -> str | None:
     """A sentence asking for ``target`` by shape, size and place (not its colour) that
     names it alone in ``objects``, or None."""
+    return _describe(PATTERNS, target, objects, rng, held_out, config)
+
+
+def describe_with_colour(target: str, objects: Sequence[Referent], rng: np.random.Generator,
+                         held_out: bool = False,
+                         config: ResolverConfig | None = None) -> str | None:
+    """A sentence asking for ``target`` by colour and shape plus a size, a place or a
+    neighbour, that names it alone in ``objects``, or None."""
+    return _describe(COLOUR_PATTERNS, target, objects, rng, held_out, config)
+
+
+def _describe(patterns, target: str, objects: Sequence[Referent], rng: np.random.Generator,
+              held_out: bool, config: ResolverConfig | None) -> str | None:
     chosen = next(o for o in objects if o.name == target)
-    words = SHAPES[chosen.shape]
-    nouns = words.held_out if held_out and words.held_out else words.seen
+    shapes, colours = SHAPES[chosen.shape], COLOURS[chosen.colour]
+    nouns = shapes.held_out if held_out and shapes.held_out else shapes.seen
+    adjectives = colours.held_out if held_out and colours.held_out else colours.seen
     verbs = VERBS[1] if held_out else VERBS[0]
     landmark = _landmark(chosen, objects, held_out)
-    for i in rng.permutation(len(PATTERNS)):
-        pattern = PATTERNS[i][int(rng.integers(2))]
-        phrase = pattern.format(shape=nouns[int(rng.integers(len(nouns)))], landmark=landmark)
+    for i in rng.permutation(len(patterns)):
+        pattern = patterns[i][int(rng.integers(2))]
+        phrase = pattern.format(shape=nouns[int(rng.integers(len(nouns)))], landmark=landmark,
+                                colour=adjectives[int(rng.integers(len(adjectives)))])
         if resolve(parse_reference(phrase), objects, config).target == target:
             return verbs[int(rng.integers(len(verbs)))].format(phrase)
     return None

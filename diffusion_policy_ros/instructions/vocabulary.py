@@ -72,10 +72,11 @@ def seen_words(table: dict[str, Words]) -> dict[str, tuple[str, ...]]:
 
 
 def describe(object_name: str) -> tuple[str, str]:
-    """(colour, shape) of an object named ``<colour>_<shape>`` (``red_cube``), the
-    naming of the simulated objects and of demonstrations' targets."""
-    colour, _, shape = object_name.partition("_")
+    """(colour, shape) of an object named ``<colour>_<shape>[_<tag>]`` (``red_cube``,
+    ``red_cube_small``), the naming of the simulated objects and of demonstrations'
+    targets."""
+    colour, shape = ([*object_name.split("_"), ""])[:2]
     if colour not in COLOURS or shape not in SHAPES:
-        raise ValueError(f"object '{object_name}' is not named <colour>_<shape> with a known "
-                         f"colour {sorted(COLOURS)} and shape {sorted(SHAPES)}")
+        raise ValueError(f"object '{object_name}' is not named <colour>_<shape>[_<tag>] with "
+                         f"a known colour {sorted(COLOURS)} and shape {sorted(SHAPES)}")
     return colour, shape

@@ -195,7 +195,7 @@ def record_episode(env: GraspEnv, expert: ScriptedExpert, seed: int, path: Path,
     start_s = obs["stamp_s"]
     switch = None
     if switches is not None:
-        switch = _InstructionSwitch(switches, task.target, env.runtime.scene.object_names,
+        switch = _InstructionSwitch(switches, task.target, env.runtime.scene.on_table_names,
                                     seed, obs["stamp_s"])
         obs, info = env.reset(seed, task=GraspTask(task.target, switch.first.instruction))
     if prefix is not None:

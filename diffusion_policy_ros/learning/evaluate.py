@@ -146,7 +146,7 @@ def run_policy_episode(env: GraspEnv, agent: PolicyAgent, seed: int,
     task = info["task"]
     instruction = task.instruction
     if instruction_mode in ("wrong", "switch"):
-        instruction = wrong_instruction(task.target, env.runtime.scene.object_names, seed)
+        instruction = wrong_instruction(task.target, env.runtime.scene.on_table_names, seed)
         obs, info = env.reset(seed, task=GraspTask(task.target, instruction))
     elif instruction_mode in ("held_out", "description"):
         task = _phrased_task(env, task.target, seed, instruction_mode)

@@ -37,7 +37,6 @@ import numpy as np
 
 from diffusion_policy_ros.config import param
 from diffusion_policy_ros.sim.env import GraspEnv
-from diffusion_policy_ros.sim.runtime import seed_task
 from diffusion_policy_ros.sim.scene import JOINT_NAMES
 from diffusion_policy_ros.sim.sim_config import SimConfig, load_sim_config
 from diffusion_policy_ros.sim.task import SWITCH_AFTER_S, other_task
@@ -132,12 +131,13 @@ class GraspRlEnv(gym.Env):
         self._seed = int(seed)
         runtime = self.env.runtime
         rng = np.random.default_rng([self._seed, 17])
-        first, self._switch_to = None, None
+        self._switch_to = None
+        obs, info = self.env.reset(self._seed)
         if self.switch_probability > 0.0 and rng.random() < self.switch_probability:
-            own = seed_task(self._seed, runtime.scene.object_names)
-            first = other_task(own.target, runtime.scene.object_names, rng)
+            own = info["task"]  # the episode's own, in the layout just drawn
+            first = other_task(own.target, runtime.scene.on_table_names, rng)
             self._switch_to = own.instruction
-        obs, info = self.env.reset(self._seed, task=first)
+            obs, info = self.env.reset(self._seed, task=first)
         self._start_s = runtime.time_s
         self._distance_m = self._target_distance_m()
         self._action = None

@@ -401,12 +401,12 @@ class SimNode(LeanEventsMixin, Node):
                                f"{told}")
 
     def _detail(self, state: TaskState) -> str:
-        return episode_detail(state, self.runtime.scene.object_names, self.instruction_topic,
+        return episode_detail(state, self.runtime.scene.on_table_names, self.instruction_topic,
                               self.runtime.ambiguity)
 
     def _report(self, state: TaskState, sim_time_s: float) -> dict:
         return episode_report(state, self._episode, self.runtime.episode_seed, sim_time_s,
-                              self.runtime.scene.object_names, self.instruction_topic,
+                              self.runtime.scene.on_table_names, self.instruction_topic,
                               self.runtime.ambiguity)
 
     def _on_instruction(self, msg: String) -> None:

@@ -59,3 +59,16 @@ def footprints_overlap(layout: np.ndarray, footprint_radii_m, clearance_m: float
     need = radii[:, None] + radii[None, :] + clearance_m
     np.fill_diagonal(dist, np.inf)
     return bool(np.any(dist < need))
+
+
+#: Where objects off the table wait: on the floor under the table top (base frame, m),
+#: out of the camera's sight and below the cloud's workspace.
+PARKING_ORIGIN_M = np.array([0.0, -0.5, -0.75])
+PARKING_PITCH_M = 0.12
+
+
+def parking_spot_m(index: int, half_height_m: float) -> list[float]:
+    """Centre of parking place ``index`` (five to a row) for an object that tall."""
+    x = PARKING_ORIGIN_M[0] + PARKING_PITCH_M * (index % 5)
+    y = PARKING_ORIGIN_M[1] + PARKING_PITCH_M * (index // 5)
+    return [float(x), float(y), float(PARKING_ORIGIN_M[2] + half_height_m + 0.001)]

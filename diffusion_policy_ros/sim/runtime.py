@@ -31,8 +31,17 @@ from diffusion_policy_ros.control import (
     PdTrackerConfig,
     TrackerCommand,
 )
+from diffusion_policy_ros.instructions.descriptions import (
+    describe_with_colour,
+    describe_without_colour,
+)
 from diffusion_policy_ros.instructions.dialogue import Dialogue
-from diffusion_policy_ros.instructions.referring import AMBIGUOUS, Referent, parse_reference
+from diffusion_policy_ros.instructions.referring import (
+    AMBIGUOUS,
+    Referent,
+    parse_reference,
+    resolve,
+)
 from diffusion_policy_ros.perception.geometry import CameraModel
 from diffusion_policy_ros.perception.image_decoding import RawImage
 from diffusion_policy_ros.sim.camera import (
@@ -43,6 +52,7 @@ from diffusion_policy_ros.sim.camera import (
     camera_model_for,
     depth_16uc1_image,
 )
+from diffusion_policy_ros.sim.object_sets import load_object_set
 from diffusion_policy_ros.sim.scene import ArmScene
 from diffusion_policy_ros.sim.sim_config import SimConfig
 from diffusion_policy_ros.sim.task import (
@@ -54,7 +64,7 @@ from diffusion_policy_ros.sim.task import (
 )
 
 #: Independent random streams derived from an episode seed (the layout uses the seed itself).
-_TASK_STREAM, _NOISE_STREAM = 1, 2
+_TASK_STREAM, _NOISE_STREAM, _WORDS_STREAM = 1, 2, 3
 
 
 def seed_task(seed: int, object_names) -> GraspTask:
@@ -89,7 +99,10 @@ class SimulationRuntime:
                  model: mujoco.MjModel | None = None, with_camera: bool = True):
         self.config = config or SimConfig()
         self.tracker_config = tracker_config or load_tracker_config()
-        self.scene = ArmScene(model)
+        if model is None:
+            model = load_object_set(self.config.object_set)
+        varied = self.config.object_set == "varied"
+        self.scene = ArmScene(model, tuple(self.config.objects_on_table) if varied else None)
         width, height = self.config.resolution
         self.camera = KinectCamera(self.scene.model, width, height) if with_camera else None
         self.camera_model = camera_model_for(self.scene.model, width, height)
@@ -128,7 +141,7 @@ class SimulationRuntime:
             self.ambiguity = resolution.reason if resolution.status == AMBIGUOUS else ""
             task = GraspTask(resolution.target or "", instruction)
         elif task is None:
-            task = seed_task(seed, self.scene.object_names)
+            task = self._unique_words(seed_task(seed, self.scene.on_table_names), seed)
         if task.target and self.dialogue.target is None:  # the episode's own words
             self.dialogue.settle(parse_reference(task.instruction), task.target,
                                  self.referents())
@@ -153,10 +166,23 @@ class SimulationRuntime:
         return self.task.follow(task, self.time_s, self._object_heights_m())
 
     def referents(self) -> list[Referent]:
-        """The objects as words refer to them, where they are now."""
-        objects = self.scene.objects
-        return referents(self.scene.object_names, self.scene.data.xpos[self._body_ids],
-                         [o.size_m for o in objects])
+        """The objects on the table as words refer to them, where they are now."""
+        on_table = self.scene.on_table
+        return referents([o.name for o in on_table],
+                         self.scene.data.xpos[[o.body_id for o in on_table]],
+                         [o.size_m for o in on_table])
+
+    def _unique_words(self, task: GraspTask, seed: int) -> GraspTask:
+        """The task with words that name its object alone in this layout: its own sentence
+        where the colour and shape do ("pick up the red cube"), else one with a size, a
+        place or a neighbour too ("pick up the small red cube")."""
+        objects = self.referents()
+        if resolve(parse_reference(task.instruction), objects).target == task.target:
+            return task
+        rng = np.random.default_rng([seed, _WORDS_STREAM])
+        words = describe_with_colour(task.target, objects, rng) or \
+            describe_without_colour(task.target, objects, rng)
+        return GraspTask(task.target, words or task.instruction)
 
     @property
     def time_s(self) -> float:

@@ -25,7 +25,7 @@ from pathlib import Path
 import mujoco
 import numpy as np
 
-from diffusion_policy_ros.sim.layout import sample_object_layout
+from diffusion_policy_ros.sim.layout import parking_spot_m, sample_object_layout
 
 ASSETS_DIR = Path(__file__).resolve().parent / "assets"
 MJCF_PATH = ASSETS_DIR / "arm.xml"
@@ -134,8 +134,12 @@ class ArmScene:
     Not thread-safe: one thread steps and reads, or the caller locks.
     """
 
-    def __init__(self, model: mujoco.MjModel | None = None):
+    def __init__(self, model: mujoco.MjModel | None = None,
+                 objects_on_table: tuple[int, int] | None = None):
+        """``objects_on_table``: (fewest, most) objects a seeded reset puts on the table,
+        drawn with the layout; None: every object, every episode."""
         self.model = model if model is not None else load_model()
+        self.objects_on_table = objects_on_table
         self.data = mujoco.MjData(self.model)
         m = self.model
         self._arm_qpos, self._arm_dof = _joint_addresses(m, ARM_JOINT_NAMES)
@@ -158,6 +162,12 @@ class ArmScene:
         self.velocity_limits_rad_s = m.numeric("velocity_limit_rad_s").data.copy()
         self.objects = find_objects(m)
         self.object_names = tuple(o.name for o in self.objects)
+        if objects_on_table is not None and not \
+                1 <= objects_on_table[0] <= objects_on_table[1] <= len(self.objects):
+            raise ValueError(f"objects_on_table {objects_on_table} must be 1 <= fewest <= "
+                             f"most <= {len(self.objects)} (the model's objects)")
+        self.on_table: tuple[SceneObject, ...] = self.objects
+        """The objects this episode stands on the table; the others wait under it."""
         self.reset()
 
     # -- time ---------------------------------------------------------------------------
@@ -172,10 +182,12 @@ class ArmScene:
     # -- episodes -----------------------------------------------------------------------
     def reset(self, seed: int | None = None, arm_q_rad=None,
               gripper_opening_m: float = GRIPPER_OPEN_M, settle_s: float = 0.6) -> np.ndarray:
-        """Start an episode; returns the object layout ``(n, 3)`` ``[x_m, y_m, yaw_rad]``.
+        """Start an episode; returns the layout of the objects on the table, ``(n, 3)``
+        ``[x_m, y_m, yaw_rad]`` in ``on_table`` order.
 
         ``seed=None`` keeps the objects where the MJCF puts them; an integer draws a
-        collision-free layout inside the workspace from ``np.random.default_rng(seed)``.
+        collision-free layout inside the workspace from ``np.random.default_rng(seed)``
+        (and, with ``objects_on_table``, which objects stand there first).
         Objects are dropped from 1 mm above the table and the physics runs (arm held
         by gravity compensation alone) until they rest, at most ``settle_s``; then
         the clock is reset to 0.
@@ -185,22 +197,39 @@ class ArmScene:
         self.set_arm_state(HOME_ARM_Q_RAD if arm_q_rad is None else arm_q_rad,
                            gripper_opening_m=gripper_opening_m)
         if seed is None:
-            layout = np.array([[*m.body_pos[o.body_id][:2], 0.0] for o in self.objects])
+            self.on_table = tuple(o for o in self.objects if m.body_pos[o.body_id][2] > 0)
+            layout = np.array([[*m.body_pos[o.body_id][:2], 0.0] for o in self.on_table])
         else:
             rng = np.random.default_rng(seed)
-            layout = sample_object_layout(rng, [o.footprint_radius_m for o in self.objects],
+            self.on_table = self.objects
+            if self.objects_on_table is not None:
+                fewest, most = self.objects_on_table
+                count = int(rng.integers(fewest, most + 1))
+                chosen = np.sort(rng.choice(len(self.objects), count, replace=False))
+                self.on_table = tuple(self.objects[i] for i in chosen)
+            layout = sample_object_layout(rng, [o.footprint_radius_m for o in self.on_table],
                                           WORKSPACE_MIN_XY_M, WORKSPACE_MAX_XY_M)
-        for obj, (x, y, yaw) in zip(self.objects, layout, strict=True):
-            d.qpos[obj.qpos_adr: obj.qpos_adr + 3] = (x, y, TABLE_TOP_Z_M + obj.half_height_m
-                                                      + 0.001)
-            d.qpos[obj.qpos_adr + 3: obj.qpos_adr + 7] = (np.cos(yaw / 2), 0.0, 0.0,
-                                                          np.sin(yaw / 2))
-            d.qvel[obj.qvel_adr: obj.qvel_adr + 6] = 0.0
+        for obj, (x, y, yaw) in zip(self.on_table, layout, strict=True):
+            self._place(obj, (x, y, TABLE_TOP_Z_M + obj.half_height_m + 0.001), yaw)
+        parked = [o for o in self.objects if o not in self.on_table]
+        for i, obj in enumerate(parked):
+            self._place(obj, parking_spot_m(i, obj.half_height_m), 0.0)
         mujoco.mj_forward(m, d)
         self._settle(settle_s)
         d.time = 0.0
         mujoco.mj_forward(m, d)
         return layout
+
+    def _place(self, obj: SceneObject, centre_m, yaw_rad: float) -> None:
+        d = self.data
+        d.qpos[obj.qpos_adr: obj.qpos_adr + 3] = centre_m
+        d.qpos[obj.qpos_adr + 3: obj.qpos_adr + 7] = (np.cos(yaw_rad / 2), 0.0, 0.0,
+                                                      np.sin(yaw_rad / 2))
+        d.qvel[obj.qvel_adr: obj.qvel_adr + 6] = 0.0
+
+    @property
+    def on_table_names(self) -> tuple[str, ...]:
+        return tuple(o.name for o in self.on_table)
 
     def _settle(self, max_s: float, min_s: float = 0.1, speed_tol_m_s: float = 1e-3) -> None:
         steps_min = int(round(min_s / self.timestep_s))

@@ -25,6 +25,12 @@ class SimConfig:
                                   low=1.0, high=120.0)
     depth_noise: bool = param(False, "Corrupt depth like a time-of-flight sensor (seeded per "
                               "episode): range noise, dropouts, invalid edge pixels")
+    object_set: str = param("five", "Objects of the scene: five (the shipped task's red, green "
+                            "and blue cubes and yellow and purple cylinders, all on the table) "
+                            "| varied (eight more: colours, shapes and sizes repeat, a seeded "
+                            "few on the table each episode; docs/explanation/simulation.md)")
+    objects_on_table: list = param([4, 7], "varied: fewest and most objects on the table in "
+                                   "an episode", low=1, high=13)
     seed: int = param(0, "Seed of the first episode when reset() is given none; each further "
                       "reset without a seed uses the next integer", low=0, high=2**31 - 1)
     settle_s: float = param(0.6, "Longest time objects get to come to rest at reset (s)",
@@ -104,6 +110,11 @@ class SimConfig:
         "episode keeps its instruction", low=1, high=100000)
 
     def validate(self) -> None:
+        if self.object_set not in ("five", "varied"):
+            raise ValueError(f"object_set must be five or varied, got {self.object_set!r}")
+        if len(self.objects_on_table) != 2 or self.objects_on_table[0] > self.objects_on_table[1]:
+            raise ValueError(f"objects_on_table must be [fewest, most], got "
+                             f"{self.objects_on_table}")
         if self.lockstep_resend_s >= self.lockstep_timeout_s:
             raise ValueError(f"lockstep_resend_s ({self.lockstep_resend_s}) must be below "
                              f"lockstep_timeout_s ({self.lockstep_timeout_s})")
