@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 
 def add_parser(sub) -> None:
@@ -24,6 +25,10 @@ def add_parser(sub) -> None:
                          "random instant or until it starts closing the gripper, then the "
                          "expert takes over and only its corrections are recorded")
     collect.add_argument("--config", help="sim params file (default config/sim.yaml)")
+    collect.add_argument("--object-set", choices=["five", "varied"],
+                         help="the scene's objects (default: the params file's object_set): "
+                         "varied puts a few of thirteen on the table, colours and shapes "
+                         "repeating")
     collect.set_defaults(func=run)
 
 
@@ -32,7 +37,9 @@ def run(args: argparse.Namespace) -> int:
     from diffusion_policy_ros.sim.pushes import PushConfig
     from diffusion_policy_ros.sim.sim_config import load_sim_config
 
-    config = load_sim_config(args.config) if args.config else None
+    config = load_sim_config(args.config) if args.config else load_sim_config()
+    if args.object_set:
+        config = dataclasses.replace(config, object_set=args.object_set)
     report = collect(args.episodes, args.out, seed=args.seed, raw_camera=args.raw_camera,
                      config=config, pushes=PushConfig() if args.pushes else None,
                      switches=SwitchConfig() if args.switches else None,

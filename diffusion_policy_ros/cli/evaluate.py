@@ -43,6 +43,9 @@ def add_parser(sub) -> None:
     evaluation.add_argument("--resolution", type=int, nargs=2, metavar=("WIDTH", "HEIGHT"),
                             help="the simulated camera's image size in px (default: "
                             "config/sim.yaml's resolution)")
+    evaluation.add_argument("--object-set", choices=["five", "varied"],
+                            help="the scene's objects (default: config/sim.yaml's "
+                            "object_set): varied puts a few of thirteen on the table")
     evaluation.add_argument("--noise", choices=("stream", "fixed", "fresh"), default="stream",
                             help="initial noise of the chunks: stream = new noise per chunk "
                             "from a generator seeded per episode (reproducible); fixed = the "
@@ -91,6 +94,8 @@ def _sim_params(args: argparse.Namespace) -> list[str]:
     params = ["depth_noise:=true"] if args.depth_noise else []
     if args.resolution:
         params.append(f"resolution:=[{args.resolution[0]},{args.resolution[1]}]")
+    if args.object_set:
+        params.append(f"object_set:={args.object_set}")
     return params
 
 
@@ -129,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
                                  args.instructions, args.device, args.steps,
                                  media_dir=args.out, noise=args.noise,
                                  num_samples=args.samples, depth_noise=args.depth_noise,
-                                 resolution=args.resolution,
+                                 resolution=args.resolution, object_set=args.object_set,
                                  backend=args.backend, precision=args.precision,
                                  rules=_rules(args))
     print(json.dumps(summary, indent=2))

@@ -245,14 +245,15 @@ def evaluate(checkpoint: str | Path, episodes: int = 100, seed: int = 0,
              num_samples: int | None = None,
              depth_noise: bool = False,
              resolution: Sequence[int] | None = None,
+             object_set: str | None = None,
              backend: str = "torch",
              rules: GraspRulesConfig | None = None,
              precision: str = "fp32") -> tuple[dict, list[EpisodeOutcome]]:
     """Closed-loop episodes with seeds ``seed .. seed + episodes - 1`` (``depth_noise``:
     the simulated Kinect's time-of-flight noise and dropouts on, a robustness check; the
     demonstrations are recorded without; ``resolution``: the camera's [width, height],
-    None = config/sim.yaml's; ``rules``: the grasp rules, None = none, as
-    ``policy_node`` without a rules file)."""
+    None = config/sim.yaml's; ``object_set``: the scene's objects, None = its;
+    ``rules``: the grasp rules, None = none, as ``policy_node`` without a rules file)."""
     if instruction_mode not in INSTRUCTION_MODES:
         raise ValueError(f"instruction_mode must be one of {INSTRUCTION_MODES}")
     runner = PolicyRunner.from_checkpoint(checkpoint, joint_names=list(JOINT_NAMES),
@@ -262,6 +263,7 @@ def evaluate(checkpoint: str | Path, episodes: int = 100, seed: int = 0,
     config = load_sim_config()
     config = dataclasses.replace(config, render_observations=True, depth_noise=depth_noise,
                                  resolution=list(resolution or config.resolution),
+                                 object_set=object_set or config.object_set,
                                  chunk_horizon=runner.config.horizon,
                                  chunk_dt_s=runner.config.action_dt_s)
     runner.warmup("pick up the red cube")  # one-off costs stay out of the latency figures
@@ -286,7 +288,8 @@ def evaluate(checkpoint: str | Path, episodes: int = 100, seed: int = 0,
     policy = {"checkpoint": str(checkpoint), "backend": backend, "precision": precision,
               "num_inference_steps": runner.num_inference_steps,
               "num_samples": runner.num_samples}
-    camera = {"resolution": list(config.resolution), "depth_noise": depth_noise}
+    camera = {"resolution": list(config.resolution), "depth_noise": depth_noise,
+              "object_set": config.object_set}
     return {**summarize(outcomes), "grasp_retry": retry_config.enabled,
             "grasp_retry_max_retries": retry_config.max_retries if retry_config.enabled
             else None,
