@@ -8,8 +8,11 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
+from diagnostic_msgs.msg import DiagnosticStatus
+
 from diffusion_policy_ros.acting.agent import (
     NO_INSTRUCTION,
+    NON_FINITE_ACTION,
     OBSERVATION_MISMATCH,
     UNREAD_INSTRUCTION,
 )
@@ -18,8 +21,29 @@ from diffusion_policy_ros.acting.rules import RuleEvent
 from diffusion_policy_ros.instructions.dialogue import Reading
 from diffusion_policy_ros.monitoring import ThrottledReasons, excerpt
 
+#: Refusals that need a person: ERROR on /diagnostics (the others are WARN).
+ERROR_REFUSALS = ("inference_error", NON_FINITE_ACTION, OBSERVATION_MISMATCH)
 #: Rule events that mean a rule could not do what it set out to: logged as warnings.
 RULE_WARNINGS = ("lift_unsolved",)
+
+
+def node_status(state: str, error: str, stopped: bool, refusal: Refusal | None,
+                rate_hz: float, target_rate_hz: float) -> tuple[bytes, str]:
+    """Level and message of ``policy_node``'s status on ``/diagnostics``: the first of
+    these that applies (``state``: its lifecycle state; ``error``: why configure failed)."""
+    warn, err = DiagnosticStatus.WARN, DiagnosticStatus.ERROR
+    if error and state == "unconfigured":
+        return err, error
+    if state != "active":
+        return warn, f"{state}: not acting"
+    if stopped:
+        return warn, "stopped by ~/stop"
+    if refusal is not None:
+        level = err if refusal.reason in ERROR_REFUSALS else warn
+        return level, f"not acting ({refusal.reason}): {refusal.detail}"
+    if rate_hz < 0.8 * target_rate_hz:
+        return warn, f"chunks at {rate_hz:.1f} Hz, below {target_rate_hz:g} Hz"
+    return DiagnosticStatus.OK, "acting"
 
 
 def no_instruction_hint(topic: str) -> str:

@@ -14,7 +14,6 @@ resumes it, configuring and activating where needed, as ``autostart`` does.
 
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
@@ -29,13 +28,7 @@ from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory
 from visualization_msgs.msg import MarkerArray
 
-from diffusion_policy_ros.acting.agent import (
-    DISCARDED,
-    NON_FINITE_ACTION,
-    OBSERVATION_MISMATCH,
-    Chunk,
-    PolicyAgent,
-)
+from diffusion_policy_ros.acting.agent import DISCARDED, Chunk, PolicyAgent
 from diffusion_policy_ros.acting.observation_history import NO_OBSERVATION, Refusal
 from diffusion_policy_ros.monitoring import excerpt
 from diffusion_policy_ros.perception.frame_schedule import FrameRateSchedule
@@ -55,7 +48,7 @@ from diffusion_policy_ros.ros.inference_worker import InferenceWorker
 from diffusion_policy_ros.ros.latched import subscribe_any_durability
 from diffusion_policy_ros.ros.lean_events import LeanEventsMixin
 from diffusion_policy_ros.ros.node_main import run_node
-from diffusion_policy_ros.ros.operator_log import OperatorLog
+from diffusion_policy_ros.ros.operator_log import OperatorLog, node_status
 from diffusion_policy_ros.ros.params import declare_config
 from diffusion_policy_ros.ros.policy_loading import ConfigureError, load_policy
 from diffusion_policy_ros.ros.polled import (
@@ -66,16 +59,14 @@ from diffusion_policy_ros.ros.polled import (
 from diffusion_policy_ros.ros.publish_guard import PublishGuard
 from diffusion_policy_ros.ros.realtime import (
     MessageDrivenThread,
+    apply_niceness,
     request_fifo_priority,
-    request_niceness,
 )
 from diffusion_policy_ros.ros.sim_clock import ClockThread
 
 _SUCCESS, _FAILURE = TransitionCallbackReturn.SUCCESS, TransitionCallbackReturn.FAILURE
 #: joint_states kept between two takes: 0.4 s at 500 Hz.
 JOINT_STATE_QUEUE_DEPTH = 200
-#: Refusals that need a person: ERROR on /diagnostics (the others are WARN).
-ERROR_REFUSALS = ("inference_error", NON_FINITE_ACTION, OBSERVATION_MISMATCH)
 #: How often the idle inference worker takes the queued joint_states (s): about ten at a
 #: time at 500 Hz, so the take before a chunk is short.
 JOINT_STATES_TAKE_PERIOD_S = 0.02
@@ -86,11 +77,8 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
         super().__init__("policy_node", **kwargs)
         self.config: PolicyNodeConfig = declare_config(self, PolicyNodeConfig)
         cfg = self.config
-        problem = request_niceness(cfg.niceness)
-        self.scheduling = f"niceness {os.getpriority(os.PRIO_PROCESS, 0)}"
-        if cfg.niceness and problem:
-            self.get_logger().warning(f"niceness: {problem}; running as started "
-                                      f"({self.scheduling}): chunks share the CPU evenly")
+        self.scheduling = apply_niceness(cfg.niceness, self.get_logger(),
+                                         "chunks share the CPU evenly")
         self.clock_thread = ClockThread(self)
         self.joint_names = cfg.action_joint_names
         # seed >= 0: a reproducible noise sequence, restarted with every task.
@@ -384,22 +372,6 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
 
     # -- diagnostics --------------------------------------------------------------------------
 
-    def _status(self, rate_hz: float, refusal: Refusal | None) -> tuple[bytes, str]:
-        """Level and message of the node's status: the first of these that applies."""
-        warn, error = DiagnosticStatus.WARN, DiagnosticStatus.ERROR
-        if self._error and self._state == "unconfigured":
-            return error, self._error
-        if self._state != "active":
-            return warn, f"{self._state}: not acting"
-        if self._stopped:
-            return warn, "stopped by ~/stop"
-        if refusal is not None:
-            level = error if refusal.reason in ERROR_REFUSALS else warn
-            return level, f"not acting ({refusal.reason}): {refusal.detail}"
-        if rate_hz < 0.8 * self.config.rate_hz:
-            return warn, f"chunks at {rate_hz:.1f} Hz, below {self.config.rate_hz:g} Hz"
-        return DiagnosticStatus.OK, "acting"
-
     def _publish_diagnostics(self) -> None:
         self.observation_thread.raise_failure("policy_node's observation thread")
         # Publishers whose QoS these subscriptions can never take (no event handler there).
@@ -409,7 +381,8 @@ class PolicyNode(LeanEventsMixin, LifecycleNode):
         rate = self.stats.rate.rate_hz(self._now_ns() * 1e-9)
         acting = self._acting()
         refusal = self.log.refusal if acting else None
-        level, message = self._status(rate, refusal)
+        level, message = node_status(self._state, self._error, self._stopped, refusal, rate,
+                                     cfg.rate_hz)
         status = DiagnosticStatus(name=f"{self.get_name()}: policy", hardware_id="policy",
                                   level=level, message=message)
         self.clock_thread.report(status)

@@ -63,6 +63,16 @@ def request_niceness(niceness: int) -> str:
     return ""
 
 
+def apply_niceness(niceness: int, logger, otherwise: str) -> str:
+    """``request_niceness``, with a warning that says what runs instead (``otherwise``:
+    what that means for the node) when it is refused; returns the scheduling as it is."""
+    problem = request_niceness(niceness)
+    scheduling = f"niceness {os.getpriority(os.PRIO_PROCESS, 0)}"
+    if niceness and problem:
+        logger.warning(f"niceness: {problem}; running as started ({scheduling}): {otherwise}")
+    return scheduling
+
+
 class _ControlThread:
     """A daemon thread that puts itself under ``SCHED_FIFO`` at ``priority`` and runs
     ``_loop`` until ``stop``; an exception ends it and is kept in ``failure`` for the

@@ -35,3 +35,20 @@ def test_other_refusals_warn_at_most_once_per_period():
         log.refused(Refusal(STALE_OBSERVATION, "the newest frame is 0.8 s old"))
     assert [s for s, _ in logger.lines] == ["warning"]
     assert log.values()["refused_stale_observation"] == "20"
+
+
+def test_the_node_status_names_the_first_thing_that_keeps_it_from_acting():
+    from diagnostic_msgs.msg import DiagnosticStatus
+
+    from diffusion_policy_ros.ros.operator_log import node_status
+
+    mismatch = Refusal(OBSERVATION_MISMATCH, "observation/points has 512 points ...")
+    stale = Refusal(STALE_OBSERVATION, "0.8 s old")
+    assert node_status("unconfigured", "no checkpoint", False, None, 0.0, 10.0) == (
+        DiagnosticStatus.ERROR, "no checkpoint")
+    assert node_status("inactive", "", False, None, 0.0, 10.0)[1] == "inactive: not acting"
+    assert node_status("active", "", True, stale, 0.0, 10.0)[1] == "stopped by ~/stop"
+    assert node_status("active", "", False, mismatch, 0.0, 10.0)[0] == DiagnosticStatus.ERROR
+    assert node_status("active", "", False, stale, 0.0, 10.0)[0] == DiagnosticStatus.WARN
+    assert node_status("active", "", False, None, 7.0, 10.0)[0] == DiagnosticStatus.WARN
+    assert node_status("active", "", False, None, 9.5, 10.0) == (DiagnosticStatus.OK, "acting")
