@@ -60,6 +60,7 @@ from diffusion_policy_ros.sim.ik import TcpIk
 from diffusion_policy_ros.sim.scene import ARM_JOINT_NAMES, JOINT_NAMES
 from diffusion_policy_ros.sim.sim_config import load_sim_config
 from diffusion_policy_ros.sim.task import (
+    HELD_OUT_TEMPLATES,
     SWITCH_AFTER_S,
     TEMPLATES,
     GraspTask,
@@ -89,7 +90,7 @@ class EpisodeOutcome:
 
 
 def _template_of(instruction: str) -> str:
-    for template in TEMPLATES:
+    for template in (*TEMPLATES, *HELD_OUT_TEMPLATES):
         head = template.split("{")[0]
         if instruction.startswith(head) and head:
             return template
@@ -182,7 +183,9 @@ def run_policy_episode(env: GraspEnv, agent: PolicyAgent, seed: int,
     finally:
         env.after_physics_step = None
     state = info["task"]
-    outcome = EpisodeOutcome(seed, state.target, instruction, _template_of(instruction),
+    template = "description" if instruction_mode == "description" else \
+        _template_of(instruction)
+    outcome = EpisodeOutcome(seed, state.target, instruction, template,
                              state.success, state.wrong_object, state.timed_out,
                              state.elapsed_s, latencies, events["reopened"], events["lifted"])
     if media:
