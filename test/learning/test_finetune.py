@@ -187,6 +187,7 @@ def test_a_non_finite_observation_stops_the_iteration_naming_the_seed(tiny_check
     assert json.loads((run / STATE_JSON).read_text())["iteration"] == 1
 
 
+@pytest.mark.slow
 def test_a_killed_rollout_worker_stops_the_run_with_the_reason(tiny_checkpoint, tmp_path,
                                                                monkeypatch):
     real = ft.RolloutCollector.collect

@@ -47,7 +47,7 @@ def _histories(policy, count=4):
     return [frames[i:i + 2] for i in range(count)]
 
 
-@pytest.mark.parametrize("changes", [dict(num_samples=3),
+@pytest.mark.parametrize("changes", [pytest.param(dict(num_samples=3), marks=pytest.mark.slow),
                                      dict(sampler="consistency", num_inference_steps=2,
                                           prediction_type="sample", chunk_lowpass_terms=4),
                                      dict(denoiser="dit", dit_layers=4, keep_layers=[0, 2],

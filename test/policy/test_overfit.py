@@ -18,7 +18,7 @@ def _eval_loss(policy: DiffusionPolicy, batch: dict) -> float:
     return loss
 
 
-@pytest.mark.parametrize("denoiser", ["unet", "dit"])
+@pytest.mark.parametrize("denoiser", ["unet", pytest.param("dit", marks=pytest.mark.slow)])
 def test_tiny_policy_overfits_four_episodes(denoiser, make_config, make_batch):
     torch.manual_seed(0)
     config = make_config(denoiser=denoiser)

@@ -103,6 +103,7 @@ rclpy.spin(node)
 """
 
 
+@pytest.mark.slow
 def test_the_first_message_waits_for_every_subscribers_acknowledgement(ros, tmp_path):
     """A matched reliable subscriber that cannot answer (a stopped process here; a
     subscriber whose side of discovery is late does not answer either) holds playback

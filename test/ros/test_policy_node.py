@@ -461,6 +461,7 @@ def test_the_no_instruction_hint_names_the_topic_in_the_nodes_namespace(start_no
     assert "active: acting at 10 Hz once an instruction comes" in node.log()
 
 
+@pytest.mark.slow  # the grasp rules, off by default
 def test_a_gripper_closed_on_nothing_is_reopened(ros, start_node, assets):
     """grasp_retry.* (config/grasp_rules.yaml): joint_states report the gripper closed on
     nothing; after empty_for_s the chunks hold it at open_to_m for open_for_s, max_retries
