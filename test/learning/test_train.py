@@ -97,15 +97,16 @@ def test_closed_loop_evaluation_runs_a_checkpoint(tiny_checkpoint, tmp_path):
     from diffusion_policy_ros.config import CONFIG_DIR
     from diffusion_policy_ros.learning.evaluate import evaluate, write_report
 
-    for mode, precision in (("task", "fp32"), ("wrong", "bf16")):
+    for mode, precision in (("task", "fp32"), ("wrong", "bf16"), ("description", "fp32")):
         resolution = [160, 90] if mode == "wrong" else None
+        object_set = "varied" if mode == "description" else None
         rules = load_grasp_rules(CONFIG_DIR / "grasp_rules.yaml") if mode == "task" else None
         summary, outcomes = evaluate(tiny_checkpoint, episodes=1, seed=40, instruction_mode=mode,
                                      progress=False, precision=precision, num_samples=2,
-                                     resolution=resolution, rules=rules,
+                                     resolution=resolution, rules=rules, object_set=object_set,
                                      media_dir=tmp_path / "media" if mode == "task" else None)
         assert summary["camera"] == {"resolution": resolution or list(DEFAULT_RESOLUTION),
-                                     "depth_noise": False}
+                                     "depth_noise": False, "object_set": object_set or "five"}
         assert summary["episodes"] == 1 and summary["chunk_latency_ms_p50"] > 0
         policy = summary["policy"]  # the report says what ran
         assert (policy["backend"], policy["precision"], policy["num_samples"]) == (
@@ -129,6 +130,9 @@ def test_closed_loop_evaluation_runs_a_checkpoint(tiny_checkpoint, tmp_path):
                                       ["red_cube", "green_cube", "blue_cube", "yellow_cylinder",
                                        "purple_cylinder"])
             assert named != outcomes[0].target
+        if mode == "description":  # the varied scene, the object named without its colour
+            assert outcomes[0].template == "description"
+            assert outcomes[0].target.split("_")[0] not in outcomes[0].instruction.split()
     write_report(tmp_path / "report.json", summary, outcomes)
     assert json.loads((tmp_path / "report.json").read_text())["summary"]["episodes"] == 1
 
