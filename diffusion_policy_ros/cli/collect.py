@@ -25,6 +25,9 @@ def add_parser(sub) -> None:
                          "random instant or until it starts closing the gripper, then the "
                          "expert takes over and only its corrections are recorded")
     collect.add_argument("--config", help="sim params file (default config/sim.yaml)")
+    collect.add_argument("--descriptions", type=float, default=0.0, metavar="SHARE",
+                         help="share of episodes (0-1) that ask for the object by shape, "
+                         "size and place instead of its colour, where the layout allows")
     collect.add_argument("--object-set", choices=["five", "varied"],
                          help="the scene's objects (default: the params file's object_set): "
                          "varied puts a few of thirteen on the table, colours and shapes "
@@ -44,6 +47,6 @@ def run(args: argparse.Namespace) -> int:
                      config=config, pushes=PushConfig() if args.pushes else None,
                      switches=SwitchConfig() if args.switches else None,
                      recovery=(RecoveryConfig(args.recover_from) if args.recover_from
-                               else None))
+                               else None), descriptions=args.descriptions)
     print(report.summary())
     return 0

@@ -46,6 +46,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from diffusion_policy_ros.instructions.descriptions import describe_without_colour
 from diffusion_policy_ros.learning.episode_bag import JOINT_NAMES, EpisodeBagWriter
 from diffusion_policy_ros.sim.env import GraspEnv
 from diffusion_policy_ros.sim.expert import ExpertConfig, Phase, ScriptedExpert
@@ -92,6 +93,7 @@ _PUSHED_PHASES = (Phase.PRE_GRASP, Phase.DESCEND)
 _PUSH_STREAM = 3  # random stream of the pushes, apart from the layout's and the task's
 _SWITCH_STREAM = 4
 _RECOVERY_STREAM = 5
+_DESCRIPTION_STREAM = 6
 _CLOSING_LOOKAHEAD = 2  # chunk points the tracker reaches before the next chunk (0.2 s)
 
 
@@ -188,10 +190,19 @@ class _PolicyPrefix:
 def record_episode(env: GraspEnv, expert: ScriptedExpert, seed: int, path: Path,
                    raw_camera: bool, pushes: PushConfig | None = None,
                    switches: SwitchConfig | None = None,
-                   prefix: _PolicyPrefix | None = None) -> tuple[bool, float]:
-    """Run and record one episode; returns (success, episode sim time s)."""
+                   prefix: _PolicyPrefix | None = None,
+                   descriptions: float = 0.0) -> tuple[bool, float]:
+    """Run and record one episode; returns (success, episode sim time s). With
+    probability ``descriptions`` the episode asks for its object without its colour
+    (``instructions.descriptions``), where the layout allows."""
     obs, info = env.reset(seed)
     task = info["task"]
+    rng = np.random.default_rng([_DESCRIPTION_STREAM, seed])
+    if descriptions > 0.0 and rng.random() < descriptions:
+        sentence = describe_without_colour(task.target, env.runtime.referents(), rng)
+        if sentence is not None:
+            task = GraspTask(task.target, sentence)
+            obs, info = env.reset(seed, task=task)
     start_s = obs["stamp_s"]
     switch = None
     if switches is not None:
@@ -278,11 +289,14 @@ def collect(episodes: int, out: str | Path, seed: int = 0, raw_camera: bool = Fa
             config: SimConfig | None = None, progress: bool = True,
             pushes: PushConfig | None = None,
             switches: SwitchConfig | None = None,
-            recovery: RecoveryConfig | None = None) -> CollectionReport:
+            recovery: RecoveryConfig | None = None,
+            descriptions: float = 0.0) -> CollectionReport:
     """Record ``episodes`` expert episodes with seeds ``seed, seed + 1, ...`` into ``out``
     (``pushes``: push the arm during the approach; ``switches``: switch the instruction
     during it; ``recovery``: a policy drives first, the expert takes over; see the module
     docstring)."""
+    if not 0.0 <= descriptions <= 1.0:
+        raise ValueError(f"descriptions is a share of the episodes, 0 to 1: {descriptions}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     config = dataclasses.replace(config or load_sim_config(), render_observations=True)
@@ -316,7 +330,7 @@ def collect(episodes: int, out: str | Path, seed: int = 0, raw_camera: bool = Fa
             tmp.parent.mkdir(exist_ok=True)
             prefix = _PolicyPrefix(recovery, runner, s) if recovery is not None else None
             ok, episode_s = record_episode(env, expert, s, tmp, raw_camera, pushes, switches,
-                                           prefix)
+                                           prefix, descriptions)
             final = out / episode_name(s) if ok else out / FAILED_DIR / episode_name(s)
             final.parent.mkdir(exist_ok=True)
             tmp.rename(final)
@@ -336,6 +350,8 @@ def collect(episodes: int, out: str | Path, seed: int = 0, raw_camera: bool = Fa
                                       "switches": (dataclasses.asdict(switches) if switches
                                                    else None),
                                       "recovery": (dataclasses.asdict(recovery) if recovery
-                                                   else None)},
+                                                   else None),
+                                      "descriptions": descriptions,
+                                      "object_set": config.object_set},
         indent=2))
     return report

@@ -1,5 +1,8 @@
 """dpr collect: expert episodes recorded as bags and read back as training data."""
 
+import dataclasses
+import json
+
 import numpy as np
 import pytest
 
@@ -163,3 +166,25 @@ def test_recovery_needs_a_checkpoint(tmp_path):
     with pytest.raises(Exception, match="checkpoint|not found|No such"):
         collect(1, tmp_path, seed=60000, progress=False,
                 recovery=RecoveryConfig(str(tmp_path / "missing")))
+
+
+def test_varied_scenes_with_descriptions_record_words_that_name_the_object_alone(tmp_path):
+    from diffusion_policy_ros.instructions.referring import parse_reference, resolve
+    from diffusion_policy_ros.sim.env import GraspEnv
+    from diffusion_policy_ros.sim.sim_config import SimConfig
+
+    config = SimConfig(object_set="varied")
+    report = collect(2, tmp_path, seed=1007, progress=False, config=config, descriptions=1.0)
+    assert report.succeeded == 2, report
+    summary = json.loads((tmp_path / "collection_001007.json").read_text())
+    assert (summary["descriptions"], summary["object_set"]) == (1.0, "varied")
+    with GraspEnv(dataclasses.replace(config, render_observations=False)) as env:
+        for seed in (1007, 1008):
+            ep = read_episode(tmp_path / episode_name(seed))
+            env.reset(seed)
+            objects = env.runtime.referents()
+            target = ep.outcome["target"]
+            assert resolve(parse_reference(ep.instruction), objects).target == target
+            assert target.split("_")[0] not in ep.instruction.split(), ep.instruction
+    with pytest.raises(ValueError, match="share"):
+        collect(1, tmp_path / "x", seed=1, progress=False, descriptions=2.0)
