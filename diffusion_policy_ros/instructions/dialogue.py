@@ -123,18 +123,16 @@ class WordsDialogue:
 
     def read(self, text: str) -> Reading:
         said = parse_reference(text)
+        corrects = said.correction or said.other
         if said.problem:
             return Reading("", f"the instruction {said.problem}: '{text}'")
+        if corrects and self.reference is None:
+            return Reading("", f"a correction, but nothing before it to correct: '{text}'")
         if said.other:
-            if self.reference is None:
-                return Reading("", f"a correction, but nothing before it to correct: '{text}'")
             return Reading("", f"'{text}' needs the scene's objects to resolve; name the "
                                "object instead")
-        if said.correction or _without_kind(said):
+        if corrects or _without_kind(said):
             if self.reference is None:
-                if said.correction:
-                    return Reading("", "a correction, but nothing before it to correct: "
-                                       f"'{text}'")
                 return Reading(text)  # "the one on the left": any object, as said
             said = dataclasses.replace(said, shape=said.shape or self.reference.shape,
                                        correction=False)

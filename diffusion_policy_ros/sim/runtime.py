@@ -137,9 +137,7 @@ class SimulationRuntime:
         self.dialogue.reset()
         self.ambiguity = ""
         if instruction is not None:
-            resolution = self.dialogue.hear(instruction, self.referents())
-            self.ambiguity = resolution.reason if resolution.status == AMBIGUOUS else ""
-            task = GraspTask(resolution.target or "", instruction)
+            task = self._hear(instruction)
         elif task is None:
             task = self._unique_words(seed_task(seed, self.scene.on_table_names), seed)
         if task.target and self.dialogue.target is None:  # the episode's own words
@@ -159,11 +157,15 @@ class SimulationRuntime:
         """Score the episode against the object ``text`` names in the scene as it is now,
         after what was said this episode ("no, the blue one"): ``TaskEvaluator.follow``.
         Words that name no object, or several alike, suspend scoring."""
+        assert self.task is not None, "call reset() first"
+        return self.task.follow(self._hear(text), self.time_s, self._object_heights_m())
+
+    def _hear(self, text: str) -> GraspTask:
+        """The task ``text`` sets after what was said, in the layout as it is now (target
+        "" when it names no one object; ``ambiguity`` says which fit alike)."""
         resolution = self.dialogue.hear(text, self.referents())
         self.ambiguity = resolution.reason if resolution.status == AMBIGUOUS else ""
-        assert self.task is not None, "call reset() first"
-        task = GraspTask(resolution.target or "", text)
-        return self.task.follow(task, self.time_s, self._object_heights_m())
+        return GraspTask(resolution.target or "", text)
 
     def referents(self) -> list[Referent]:
         """The objects on the table as words refer to them, where they are now."""

@@ -8,10 +8,10 @@ fill ``TEMPLATES`` with the vocabulary's seen words; ``HELD_OUT_TEMPLATES`` and 
 held-out words are for evaluation only (``instructions.vocabulary``).
 
 Which object a person's words mean is decided by ``instructions.referring``, with the
-objects' places and sizes when the scene is at hand (``task_for_instruction``): the
-simulation then grades the object their words name, whatever it chose itself. A task
-whose target is "" has nothing to score: no instruction yet, or one that names no
-object of the scene, or several alike.
+objects' places and sizes when the scene is at hand (``SimulationRuntime``, with what
+was said before in the episode): the simulation then grades the object their words
+name, whatever it chose itself. A task whose target is "" has nothing to score: no
+instruction yet, or one that names no object of the scene, or several alike.
 """
 
 from __future__ import annotations
@@ -91,12 +91,6 @@ class GraspTask:
 
     target: str
     instruction: str
-
-
-def task_for_instruction(text: str, objects: Sequence[Referent]) -> GraspTask:
-    """The task a person's instruction sets in the scene ``objects`` describe: its object,
-    or target "" when it names none or several alike."""
-    return GraspTask(resolve(parse_reference(text), objects).target or "", text)
 
 
 SWITCH_AFTER_S = 1.0
